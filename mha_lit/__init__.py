@@ -1,0 +1,33 @@
+"""mha_lit: multi-head attention, computed, as the book "Multi-Head Attention, Computed" teaches it.
+
+Read the modules in the book's order: ``shapes`` (Dims, Weights), ``attention`` (softmax, causal
+mask, one head, many heads), ``kv_cache``, ``symbolic`` (SymPy).
+"""
+
+from . import symbolic
+from .attention import (
+    attention,
+    attention_weights,
+    causal_mask,
+    multi_head_attention,
+    multi_head_attention_reference,
+    softmax,
+)
+from .kv_cache import KVCache
+from .shapes import Dims, Weights, init_weights
+
+__all__ = [
+    "Dims",
+    "Weights",
+    "init_weights",
+    "softmax",
+    "causal_mask",
+    "attention_weights",
+    "attention",
+    "multi_head_attention",
+    "multi_head_attention_reference",
+    "KVCache",
+    "symbolic",
+]
+
+__version__ = "0.1.0"

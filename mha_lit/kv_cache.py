@@ -1,0 +1,108 @@
+"""Generating one token at a time: the KV cache. Book: Part I, chapter 7 "The KV cache".
+
+When a row x is appended to X, rows 1..n of every intermediate stay as they were (chapter 6),
+so only the new row must be computed. Its query q is used once and dropped; its key and value
+rows are kept, because every later token will look at them.
+
+Letters in shape comments: n rows cached so far, cap the buffer capacity (>= n), d_model, d_k,
+d_v, h heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .attention import softmax
+from .shapes import Weights, as_float_array
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Causal multi-head attention computed row by row, keeping K and V. Book: chapter 7.
+
+    ``cache.step(x)`` takes one new input row x (d_model,) and returns its output row y
+    (d_model,), equal to the last row of ``multi_head_attention`` on all rows seen so far.
+    A step costs O(n * d) multiply-adds: three projections of one row, one dot product per
+    cached key and one weighted sum of cached values per head, and W_O; nothing earlier is
+    recomputed. Keys and values live in buffers that double when full (amortised O(1) append).
+    A refused step (wrong width, NaN) leaves the cache exactly as it was.
+    """
+
+    def __init__(self, W: Weights, capacity: int = 16):
+        if not isinstance(W, Weights):
+            raise TypeError(f"KVCache needs mha_lit.Weights, got {type(W).__name__}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+        self.W = W
+        self._n = 0
+        self._K = np.empty((W.heads, capacity, W.d_k), dtype=W.dtype)  # (h, cap, d_k)
+        self._V = np.empty((W.heads, capacity, W.d_v), dtype=W.dtype)  # (h, cap, d_v)
+
+    def __len__(self) -> int:
+        """Number of rows seen (and of cached keys and values per head)."""
+        return self._n
+
+    @property
+    def keys(self) -> np.ndarray:
+        """Cached keys, read-only: (h, n, d_k)."""
+        return _readonly(self._K[:, : self._n])
+
+    @property
+    def values(self) -> np.ndarray:
+        """Cached values, read-only: (h, n, d_v)."""
+        return _readonly(self._V[:, : self._n])
+
+    def _check_row(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        if x.ndim != 1 or x.shape[0] != self.W.d_model:
+            raise ValueError(f"a KV-cache step takes one row x of shape (d_model,) = "
+                             f"({self.W.d_model},), got shape {x.shape}")
+        return as_float_array(x, "x").astype(self.W.dtype, copy=False)
+
+    def _grow(self) -> None:
+        cap = self._K.shape[1]
+        for name in ("_K", "_V"):
+            old = getattr(self, name)
+            new = np.empty((old.shape[0], 2 * cap, old.shape[2]), dtype=old.dtype)  # (h, 2cap, d)
+            new[:, :cap] = old
+            setattr(self, name, new)
+
+    def step(self, x) -> np.ndarray:
+        """Append one input row x (d_model,) and return its output row y (d_model,)."""
+        x = self._check_row(x)
+        W, n = self.W, self._n
+        q = x @ W.W_Q  # (d_model,) @ (h, d_model, d_k) -> (h, d_k)
+        k = x @ W.W_K  # (h, d_k)
+        v = x @ W.W_V  # (h, d_v)
+        if n == self._K.shape[1]:
+            self._grow()
+        self._K[:, n] = k  # row n+1 of every head's K
+        self._V[:, n] = v  # row n+1 of every head's V
+        K, V = self._K[:, : n + 1], self._V[:, : n + 1]  # (h, n+1, d_k), (h, n+1, d_v)
+        scores = np.einsum("hk,hnk->hn", q, K) / math.sqrt(W.d_k)  # (h, n+1)
+        s = softmax(scores, axis=-1)  # (h, n+1): last row of each head's S, no mask needed
+        heads = np.einsum("hn,hnv->hv", s, V)  # (h, d_v): last row of each H_i
+        y = heads.reshape(-1) @ W.W_O  # (h*d_v,) @ (h*d_v, d_model) -> (d_model,)
+        self._n = n + 1  # commit only once everything succeeded
+        return y
+
+    def extend(self, X) -> np.ndarray:
+        """Append several rows X (m, d_model) one step at a time; return their outputs (m, d_model)."""
+        X = np.asarray(X)
+        if X.ndim != 2 or X.shape[1] != self.W.d_model:
+            raise ValueError(f"extend takes X of shape (m, d_model = {self.W.d_model}), "
+                             f"got shape {X.shape}")
+        as_float_array(X, "X")  # refuse the whole block before anything is cached
+        return np.stack([self.step(x) for x in X]) if len(X) else np.empty((0, self.W.d_model), self.W.dtype)
+
+    def __repr__(self) -> str:
+        return f"KVCache(rows={self._n}, heads={self.W.heads}, d_k={self.W.d_k}, d_v={self.W.d_v})"
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view

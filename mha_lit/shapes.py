@@ -1,0 +1,186 @@
+"""The sizes of the running example and the weights of multi-head attention.
+
+Book: Part I, chapter 2 "From input to output" (Dims) and chapter 4 "Multi-head attention" (Weights).
+
+Letters used in shape comments throughout ``mha_lit``:
+
+    n        tokens (rows of X)                       3 in the running example
+    d_model  width of a token vector (columns of X)   5
+    d_k      width of a query or key                  7
+    d_v      width of a value                         11
+    h        number of heads                          2
+    h*d_v    width of Concat(H_1, ..., H_h)           22
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Dims", "Weights", "init_weights", "as_float_array"]
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The five sizes of multi-head attention. Book: chapter 2, "From input to output".
+
+    The defaults are the book's distinct primes, so every shape names its axes:
+    3 tokens, d_model 5, d_k 7, d_v 11, 2 heads (Concat is 3 x 22, W_O is 22 x 5).
+    """
+
+    tokens: int = 3
+    d_model: int = 5
+    d_k: int = 7
+    d_v: int = 11
+    heads: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "d_model", "d_k", "d_v", "heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"Dims.{name} must be a positive integer, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"Dims.{name} must be a positive integer, got {value}")
+            object.__setattr__(self, name, int(value))
+
+    @property
+    def concat(self) -> int:
+        """Width of Concat(H_1, ..., H_h): heads * d_v (22 in the book)."""
+        return self.heads * self.d_v
+
+
+def as_float_array(a, name: str, *, ndim: int | None = None) -> np.ndarray:
+    """Return ``a`` as a finite floating-point array, or raise an error that names it.
+
+    Integers become float64; float16/32/64 keep their dtype. Booleans, complex numbers,
+    strings and objects are refused with ``TypeError``; NaN and +-inf with ``ValueError``.
+    """
+    arr = np.asarray(a)
+    if arr.dtype == bool or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        arr = arr.astype(np.float64)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} of shape {arr.shape} holds {bad} NaN or infinite entries")
+    return arr
+
+
+def _frozen(a: np.ndarray, dtype) -> np.ndarray:
+    out = np.array(a, dtype=dtype, copy=True)  # a private copy nobody else can change
+    out.flags.writeable = False
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Weights:
+    """All trainable matrices of one multi-head attention layer. Book: chapter 4, "Multi-head attention".
+
+    The per-head matrices are stacked along a leading head axis, so ``W_Q[0]`` is the book's W_{Q1}:
+
+        W_Q, W_K : (h, d_model, d_k)       (2, 5, 7) in the book
+        W_V      : (h, d_model, d_v)       (2, 5, 11)
+        W_O      : (h*d_v, d_model)        (22, 5)
+
+    Every shape is checked on construction; the arrays are private read-only copies in one
+    floating dtype (the widest of the four inputs).
+    """
+
+    W_Q: np.ndarray
+    W_K: np.ndarray
+    W_V: np.ndarray
+    W_O: np.ndarray
+
+    def __post_init__(self) -> None:
+        arrs = {
+            "W_Q": as_float_array(self.W_Q, "W_Q", ndim=3),
+            "W_K": as_float_array(self.W_K, "W_K", ndim=3),
+            "W_V": as_float_array(self.W_V, "W_V", ndim=3),
+            "W_O": as_float_array(self.W_O, "W_O", ndim=2),
+        }
+        h, d_model, d_k = arrs["W_Q"].shape
+        if arrs["W_K"].shape != (h, d_model, d_k):
+            raise ValueError(
+                f"W_K has shape {arrs['W_K'].shape} but W_Q has shape {(h, d_model, d_k)}; "
+                "both must be (heads, d_model, d_k)"
+            )
+        hv, dv_model, d_v = arrs["W_V"].shape
+        if (hv, dv_model) != (h, d_model):
+            raise ValueError(
+                f"W_V has shape {arrs['W_V'].shape} but W_Q has shape {(h, d_model, d_k)}; "
+                f"W_V must be (heads = {h}, d_model = {d_model}, d_v)"
+            )
+        if arrs["W_O"].shape != (h * d_v, d_model):
+            raise ValueError(
+                f"W_O has shape {arrs['W_O'].shape} but must be (heads * d_v, d_model) = "
+                f"({h} * {d_v}, {d_model}) = {(h * d_v, d_model)}"
+            )
+        if min(h, d_model, d_k, d_v) == 0:
+            raise ValueError(f"Weights need positive sizes, got heads={h}, d_model={d_model}, "
+                             f"d_k={d_k}, d_v={d_v}")
+        dtype = np.result_type(*arrs.values())
+        for name, arr in arrs.items():
+            object.__setattr__(self, name, _frozen(arr, dtype))
+
+    @property
+    def heads(self) -> int:
+        """Number of heads h."""
+        return self.W_Q.shape[0]
+
+    @property
+    def d_model(self) -> int:
+        """Width of a token vector."""
+        return self.W_Q.shape[1]
+
+    @property
+    def d_k(self) -> int:
+        """Width of a query or key."""
+        return self.W_Q.shape[2]
+
+    @property
+    def d_v(self) -> int:
+        """Width of a value."""
+        return self.W_V.shape[2]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The floating dtype all four arrays share."""
+        return self.W_Q.dtype
+
+    def dims(self, tokens: int = 3) -> Dims:
+        """The Dims these weights fit, with ``tokens`` rows of input."""
+        return Dims(tokens, self.d_model, self.d_k, self.d_v, self.heads)
+
+    def astype(self, dtype) -> Weights:
+        """The same weights in another floating dtype."""
+        return Weights(*(getattr(self, n).astype(dtype) for n in ("W_Q", "W_K", "W_V", "W_O")))
+
+    def __repr__(self) -> str:
+        return (f"Weights(heads={self.heads}, d_model={self.d_model}, d_k={self.d_k}, "
+                f"d_v={self.d_v}, dtype={self.dtype})")
+
+
+def init_weights(dims: Dims | None = None, seed: int = 0, dtype=np.float64) -> Weights:
+    """Random weights for ``dims``, each entry N(0, 1/fan_in). Book: chapter 4, "Multi-head attention".
+
+    The same seed always gives the same weights; ``dtype`` may be float64 (default) or float32.
+    """
+    dims = Dims() if dims is None else dims
+    if not isinstance(dims, Dims):
+        raise TypeError(f"init_weights expects a Dims, got {type(dims).__name__}")
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"init_weights needs a floating dtype, got {dtype}")
+    rng = np.random.default_rng(seed)
+    h, d, dk, dv = dims.heads, dims.d_model, dims.d_k, dims.d_v
+    W_Q = rng.standard_normal((h, d, dk)) / np.sqrt(d)  # (h, d_model, d_k)
+    W_K = rng.standard_normal((h, d, dk)) / np.sqrt(d)  # (h, d_model, d_k)
+    W_V = rng.standard_normal((h, d, dv)) / np.sqrt(d)  # (h, d_model, d_v)
+    W_O = rng.standard_normal((h * dv, d)) / np.sqrt(h * dv)  # (h*d_v, d_model)
+    return Weights(*(w.astype(dtype) for w in (W_Q, W_K, W_V, W_O)))
