@@ -4,7 +4,7 @@ Read the modules in the book's order: ``shapes`` (Dims, Weights), ``attention`` 
 mask, one head, many heads), ``kv_cache``, ``symbolic`` (SymPy).
 """
 
-from . import symbolic
+from . import plots, symbolic
 from .attention import (
     attention,
     attention_weights,
@@ -28,6 +28,7 @@ __all__ = [
     "multi_head_attention_reference",
     "KVCache",
     "symbolic",
+    "plots",
 ]
 
 __version__ = "0.1.0"
