@@ -91,12 +91,18 @@ def test_cache_refuses_bad_construction():
         KVCache(init_weights(), capacity=0)
 
 
-def test_step_work_does_not_depend_on_recomputing_the_prefix():
-    """A step reads each cached key and value once: its einsums have n+1 rows, not (n+1)^2."""
+def test_step_reads_the_cache_instead_of_recomputing_the_prefix():
+    """The cache keeps no input rows, so a step cannot recompute the prefix: it must use the
+    cached keys and values, and changing a cached value changes the next output."""
     W = init_weights(seed=5)
-    cache = KVCache(W)
     rng = np.random.default_rng(5)
-    cache.extend(rng.standard_normal((50, 5)))
-    K_before = cache.keys.copy()
-    cache.step(rng.standard_normal(5))
-    assert np.array_equal(cache.keys[:, :50], K_before)  # earlier rows untouched, not recomputed
+    X = rng.standard_normal((50, 5))
+    x = rng.standard_normal(5)
+    honest, tampered = KVCache(W), KVCache(W)
+    honest.extend(X)
+    tampered.extend(X)
+    held = [a for a in vars(tampered).values() if isinstance(a, np.ndarray)]
+    assert all(a.shape[-1] in (W.d_k, W.d_v) and a.shape[0] == W.heads for a in held)
+    tampered._V[:, 0] += 1.0  # corrupt the cached value row of token 1 in every head
+    assert not np.allclose(tampered.step(x), honest.step(x))
+    assert np.allclose(honest.step(x), multi_head_attention(np.vstack([X, x, x]), W)[-1])
