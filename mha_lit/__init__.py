@@ -1,6 +1,7 @@
 """mha_lit: multi-head attention, computed, as the book "Multi-Head Attention, Computed" teaches it.
 
-Read the modules in the book's order: ``shapes`` (Dims, Weights), ``attention`` (softmax, causal
+Read the modules in the book's order: ``shapes`` (Dims, Weights), ``encoding``
+(the input X), ``attention`` (softmax, causal
 mask, one head, many heads), ``kv_cache``, ``symbolic`` (SymPy).
 """
 
@@ -13,6 +14,7 @@ from .attention import (
     multi_head_attention_reference,
     softmax,
 )
+from .encoding import embed, sinusoidal_encoding
 from .kv_cache import KVCache
 from .shapes import Dims, Weights, init_weights
 
@@ -20,6 +22,8 @@ __all__ = [
     "Dims",
     "Weights",
     "init_weights",
+    "sinusoidal_encoding",
+    "embed",
     "softmax",
     "causal_mask",
     "attention_weights",

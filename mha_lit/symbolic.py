@@ -11,7 +11,7 @@ import sympy as sp
 
 from .shapes import Dims
 
-__all__ = ["matrix", "qk_transpose"]
+__all__ = ["matrix", "qk_transpose", "product_entry", "causal_mask", "softmax"]
 
 
 def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
@@ -31,3 +31,35 @@ def qk_transpose(dims: Dims | None = None) -> sp.Matrix:
     Q = matrix("q", dims.tokens, dims.d_k)  # (n, d_k)
     K = matrix("k", dims.tokens, dims.d_k)  # (n, d_k)
     return Q * K.T  # (n, d_k) (d_k, n) -> (n, n)
+
+
+def product_entry(A: sp.Matrix, B: sp.Matrix, x: int, y: int) -> sp.Expr:
+    """Entry R_xy of R = A B: row x of A times column y of B, counted from 1. Book: chapter 1.
+
+    The result is the sum over k of A_{x,k} B_{k,y}: as many products as A has columns.
+    """
+    (a, b), (b2, c) = A.shape, B.shape
+    if b != b2:
+        raise ValueError(f"A is {a} x {b} and B is {b2} x {c}: A B needs A's {b} columns "
+                         f"to match B's {b2} rows")
+    if not (1 <= x <= a and 1 <= y <= c):
+        raise ValueError(f"R = A B is {a} x {c}; entry ({x}, {y}) does not exist")
+    return sp.Add(*(A[x - 1, k] * B[k, y - 1] for k in range(b)))  # b products
+
+
+def causal_mask(M: sp.Matrix) -> sp.Matrix:
+    """M with its strictly upper triangle set to -oo. Book: chapter 3, "The causal mask"."""
+    return sp.Matrix(*M.shape, lambda i, j: -sp.oo if j > i else M[i, j])  # (n, m)
+
+
+def softmax(M: sp.Matrix) -> sp.Matrix:
+    """Exact row-wise softmax of a SymPy matrix; -oo becomes 0. Book: chapter 3, "Softmax".
+
+    Entry (i, j) is exp(M_ij) / sum_k exp(M_ik), left unevaluated, so e^4 / (e^4 + e^5)
+    stays readable. A row that is entirely -oo has no distribution and is refused.
+    """
+    E = M.applyfunc(sp.exp)  # (n, m), exp(-oo) = 0
+    for i in range(E.rows):
+        if all(e == 0 for e in E.row(i)):
+            raise ValueError(f"row {i + 1} of the {M.rows} x {M.cols} matrix is entirely -oo")
+    return sp.Matrix(*M.shape, lambda i, j: E[i, j] / sum(E.row(i)))  # (n, m), rows sum to 1

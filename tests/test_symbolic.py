@@ -32,3 +32,46 @@ def test_qk_transpose_agrees_with_numpy():
 def test_matrix_refuses_empty():
     with pytest.raises(ValueError, match="0 x 3"):
         symbolic.matrix("a", 0, 3)
+
+
+# --- chapter 1 and 3 additions: product_entry, causal_mask, softmax ------------------------
+
+@pytest.mark.parametrize("a,b,c", [(3, 5, 7), (2, 3, 5), (7, 11, 13), (1, 2, 3)])
+def test_product_entry_is_row_times_column(a, b, c):
+    A, B = symbolic.matrix("A", a, b), symbolic.matrix("B", b, c)
+    R = A * B
+    for x in range(1, a + 1):
+        for y in range(1, c + 1):
+            entry = symbolic.product_entry(A, B, x, y)
+            assert len(sp.Add.make_args(entry)) == b
+            assert sp.expand(entry - R[x - 1, y - 1]) == 0
+
+
+def test_product_entry_refuses_wrong_shapes_and_indices():
+    A, B = symbolic.matrix("A", 3, 5), symbolic.matrix("B", 7, 3)
+    with pytest.raises(ValueError, match="5 columns to match B's 7 rows"):
+        symbolic.product_entry(A, B, 1, 1)
+    with pytest.raises(ValueError, match=r"entry \(4, 1\)"):
+        symbolic.product_entry(A, symbolic.matrix("B", 5, 7), 4, 1)
+
+
+def test_symbolic_causal_mask_and_softmax_match_numpy():
+    from mha_lit import causal_mask, softmax
+
+    for n in (1, 2, 3, 5):
+        M = sp.Matrix(n, n, lambda i, j: sp.Integer(i * n + j + 1))
+        masked = symbolic.causal_mask(M)
+        assert all(masked[i, j] == -sp.oo for i in range(n) for j in range(n) if j > i)
+        assert all(masked[i, j] == M[i, j] for i in range(n) for j in range(n) if j <= i)
+        S = symbolic.softmax(masked)
+        assert all(sp.simplify(sum(S.row(i)) - 1) == 0 for i in range(n))
+        assert all(S[i, j] == 0 for i in range(n) for j in range(n) if j > i)
+        numeric = np.array(S.evalf(30), dtype=float)
+        assert np.allclose(numeric, softmax(causal_mask(np.array(M, dtype=float))), atol=1e-15)
+
+
+def test_symbolic_softmax_keeps_exponentials_and_refuses_all_masked_rows():
+    S = symbolic.softmax(sp.Matrix([[4, 5]]))
+    assert S[0, 0] == sp.exp(4) / (sp.exp(4) + sp.exp(5))
+    with pytest.raises(ValueError, match="row 2"):
+        symbolic.softmax(sp.Matrix([[1, 2], [-sp.oo, -sp.oo]]))

@@ -1,0 +1,66 @@
+import math
+
+import numpy as np
+import pytest
+
+from mha_lit.encoding import embed, sinusoidal_encoding
+from tests.shapes_for_tests import PRIME_DIMS
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_sinusoidal_encoding_shape_and_formula(dims):
+    n, d = dims.tokens, dims.d_model
+    P = sinusoidal_encoding(n, d)
+    assert P.shape == (n, d)
+    for pos in range(n):
+        for j in range(d):
+            angle = pos / 10000 ** (2 * (j // 2) / d)
+            expected = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+            assert P[pos, j] == pytest.approx(expected, abs=1e-15)
+
+
+def test_sinusoidal_encoding_first_position_alternates_zero_one():
+    P = sinusoidal_encoding(3, 5)
+    assert np.array_equal(P[0], [0.0, 1.0, 0.0, 1.0, 0.0])
+    assert np.all(np.abs(P) <= 1.0)
+    # column pairs (sin, cos) of the same frequency lie on the unit circle
+    assert np.allclose(P[:, 0] ** 2 + P[:, 1] ** 2, 1.0)
+    assert np.allclose(P[:, 2] ** 2 + P[:, 3] ** 2, 1.0)
+
+
+def test_sinusoidal_encoding_refuses_bad_sizes():
+    with pytest.raises(ValueError, match="d_model"):
+        sinusoidal_encoding(3, 0)
+    with pytest.raises(ValueError, match="n"):
+        sinusoidal_encoding(-1, 5)
+    with pytest.raises(ValueError, match="base"):
+        sinusoidal_encoding(3, 5, base=0)
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_embed_adds_rows_and_positions(dims):
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((13, dims.d_model))
+    ids = rng.integers(0, 13, size=dims.tokens)
+    X = embed(ids, table)
+    assert X.shape == (dims.tokens, dims.d_model)
+    for pos, t in enumerate(ids):
+        assert np.allclose(X[pos] - table[t], sinusoidal_encoding(dims.tokens, dims.d_model)[pos])
+
+
+def test_embed_same_token_different_positions_differ():
+    table = np.zeros((2, 5))
+    X = embed([1, 1, 1], table)
+    assert not np.allclose(X[0], X[1]) and not np.allclose(X[1], X[2])
+
+
+def test_embed_refuses_bad_ids_and_tables():
+    table = np.ones((13, 5))
+    with pytest.raises(ValueError, match="0..12"):
+        embed([0, 13], table)
+    with pytest.raises(ValueError, match="1-D"):
+        embed([[0, 1]], table)
+    with pytest.raises(ValueError, match="1-D"):
+        embed([0.5], table)
+    with pytest.raises(ValueError, match="2-D"):
+        embed([0], np.ones(5))
