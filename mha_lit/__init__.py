@@ -1,8 +1,8 @@
 """mha_lit: multi-head attention, computed, as the book "Multi-Head Attention, Computed" teaches it.
 
-Read the modules in the book's order: ``shapes`` (Dims, Weights), ``encoding``
-(the input X), ``attention`` (softmax, causal
-mask, one head, many heads), ``kv_cache``, ``symbolic`` (SymPy).
+Read the modules in the book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
+``attention`` (softmax, causal mask, one head, many heads), ``kv_cache``, ``block`` (the GPT
+block), ``symbolic`` (SymPy).
 """
 
 from . import plots, symbolic
@@ -13,6 +13,15 @@ from .attention import (
     multi_head_attention,
     multi_head_attention_reference,
     softmax,
+)
+from .block import (
+    BlockWeights,
+    feed_forward,
+    gelu,
+    gpt_block,
+    init_block_weights,
+    layer_norm,
+    residual,
 )
 from .encoding import embed, sinusoidal_encoding
 from .kv_cache import KVCache
@@ -31,6 +40,13 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_reference",
     "KVCache",
+    "layer_norm",
+    "gelu",
+    "feed_forward",
+    "residual",
+    "BlockWeights",
+    "init_block_weights",
+    "gpt_block",
     "symbolic",
     "plots",
 ]

@@ -1,0 +1,234 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from mha_lit import (
+    BlockWeights,
+    Dims,
+    feed_forward,
+    gelu,
+    gpt_block,
+    init_block_weights,
+    init_weights,
+    layer_norm,
+    multi_head_attention,
+    residual,
+)
+from tests.shapes_for_tests import PRIME_DIMS
+
+finite = st.floats(-10, 10, allow_nan=False, allow_infinity=False)
+D_FFS = [13, 17, 19, 23, 29, 31]  # a prime d_ff distinct from each PRIME_DIMS entry
+CONFIGS = list(zip(PRIME_DIMS, D_FFS))
+
+
+def _X(dims: Dims, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((dims.tokens, dims.d_model))  # (n, d)
+
+
+# --- layer norm ---------------------------------------------------------------------------
+
+@given(arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(2, 9)), elements=finite))
+def test_layer_norm_rows_have_mean_0_and_variance_1_before_gain_and_bias(X):
+    d = X.shape[1]
+    X = X + np.arange(d)  # rows never constant, so the variance is not swamped by eps
+    Z = layer_norm(X, np.ones(d), np.zeros(d))
+    var = X.var(axis=1, keepdims=True)
+    assert Z.shape == X.shape
+    assert np.allclose(Z.mean(axis=1), 0.0, atol=1e-9)
+    assert np.allclose(Z.var(axis=1), (var / (var + 1e-5)).ravel(), atol=1e-9)
+
+
+def test_layer_norm_applies_gain_and_bias_per_column():
+    X = np.array([[1.0, 2.0, 3.0, 4.0, 5.0], [2.0, -3.0, 0.5, 7.0, 1.0]])  # (2, 5)
+    gamma, beta = np.array([1.0, 2.0, 3.0, 4.0, 5.0]), np.array([0.5, 0.0, -1.0, 2.0, 0.0])
+    X_hat = layer_norm(X, np.ones(5), np.zeros(5))
+    assert np.allclose(layer_norm(X, gamma, beta), gamma * X_hat + beta)
+    # the first row by hand: mean 3, population variance 2
+    assert np.allclose(X_hat[0], (X[0] - 3.0) / math.sqrt(2.0 + 1e-5))
+
+
+def test_layer_norm_works_on_each_row_alone():
+    X = _X(Dims(tokens=7, d_model=11))
+    Z = layer_norm(X, np.ones(11), np.zeros(11))
+    for i in range(7):
+        assert np.array_equal(Z[i], layer_norm(X[i : i + 1], np.ones(11), np.zeros(11))[0])
+
+
+def test_layer_norm_errors_name_the_shapes():
+    with pytest.raises(ValueError, match=r"X is \(3, 5\) so gamma and beta must be \(5,\)"):
+        layer_norm(np.ones((3, 5)), np.ones(7), np.zeros(5))
+    with pytest.raises(ValueError, match="eps must be positive"):
+        layer_norm(np.ones((3, 5)), np.ones(5), np.zeros(5), eps=0.0)
+    with pytest.raises(ValueError, match="2-D"):
+        layer_norm(np.ones(5), np.ones(5), np.zeros(5))
+
+
+# --- GELU ---------------------------------------------------------------------------------
+
+def test_gelu_exact_against_known_values():
+    # GELU(x) = x * Phi(x); Phi(1) = 0.841344746..., Phi(2) = 0.977249868...
+    x = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
+    expected = [-2 * (1 - 0.9772498680518208), -(1 - 0.8413447460685429), 0.0,
+                0.8413447460685429, 2 * 0.9772498680518208]
+    assert np.allclose(gelu(x, approximate=False), expected, atol=1e-15)
+
+
+def test_gelu_tanh_approximation_against_its_formula_and_the_exact_curve():
+    x = np.linspace(-6, 6, 241)
+    by_hand = [0.5 * t * (1 + math.tanh(math.sqrt(2 / math.pi) * (t + 0.044715 * t**3)))
+               for t in x]
+    assert np.allclose(gelu(x), by_hand, atol=1e-15)
+    assert np.abs(gelu(x) - gelu(x, approximate=False)).max() < 1e-3
+    assert gelu(np.array([1.0]))[0] == pytest.approx(0.8411919906082768, abs=1e-15)
+
+
+def test_gelu_keeps_shape_and_float32():
+    x = np.ones((3, 13), np.float32)
+    assert gelu(x).shape == (3, 13) and gelu(x).dtype == np.float32
+    assert gelu(x, approximate=False).dtype == np.float32
+    assert gelu(0.5, approximate=False).shape == ()
+
+
+# --- feed-forward network -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dims, d_ff", CONFIGS)
+def test_feed_forward_shapes_and_formula(dims, d_ff):
+    B = init_block_weights(dims, d_ff=d_ff, seed=3)
+    X = _X(dims)
+    hidden = gelu(X @ B.W_1 + B.b_1)
+    assert hidden.shape == (dims.tokens, d_ff)
+    out = feed_forward(X, B.W_1, B.b_1, B.W_2, B.b_2)
+    assert out.shape == (dims.tokens, dims.d_model)
+    assert np.allclose(out, hidden @ B.W_2 + B.b_2)
+
+
+def test_feed_forward_errors_name_the_shapes():
+    B = init_block_weights(d_ff=13)
+    with pytest.raises(ValueError, match=r"X has 7 columns but W_1 is \(5, 13\)"):
+        feed_forward(np.ones((3, 7)), B.W_1, B.b_1, B.W_2, B.b_2)
+    with pytest.raises(ValueError, match=r"b_1, W_2, b_2 must be \(13,\), \(13, 5\), \(5,\)"):
+        feed_forward(np.ones((3, 5)), B.W_1, B.b_1, B.W_2.T, B.b_2)
+
+
+# --- residual -----------------------------------------------------------------------------
+
+def test_residual_adds_the_input_and_checks_the_shape():
+    X = _X(Dims())
+    assert np.array_equal(residual(X, lambda x: 2 * x), 3 * X)
+    with pytest.raises(ValueError, match=r"X is \(3, 5\) and sublayer\(X\) is \(3, 7\)"):
+        residual(X, lambda x: np.ones((3, 7)))
+
+
+# --- BlockWeights -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dims, d_ff", CONFIGS)
+def test_init_block_weights_shapes_and_attention_weights(dims, d_ff):
+    B = init_block_weights(dims, d_ff=d_ff, seed=5)
+    d = dims.d_model
+    assert (B.d_model, B.d_ff) == (d, d_ff)
+    assert B.W_1.shape == (d, d_ff) and B.b_1.shape == (d_ff,)
+    assert B.W_2.shape == (d_ff, d) and B.b_2.shape == (d,)
+    assert all(getattr(B, n).shape == (d,) for n in ("gamma_1", "beta_1", "gamma_2", "beta_2"))
+    assert np.array_equal(B.attn.W_O, init_weights(dims, seed=5).W_O)
+    assert not B.W_1.flags.writeable
+    again = init_block_weights(dims, d_ff=d_ff, seed=5)
+    assert all(np.array_equal(a, b) for a, b in zip(B.arrays().values(), again.arrays().values()))
+
+
+def test_block_weights_arrays_count_the_parameters():
+    B = init_block_weights(Dims(), d_ff=13)
+    n_params = sum(a.size for a in B.arrays().values())
+    attention = 2 * 5 * (7 + 7 + 11) + 22 * 5
+    assert n_params == attention + (5 * 13 + 13) + (13 * 5 + 5) + 4 * 5
+    assert repr(B) == "BlockWeights(heads=2, d_model=5, d_k=7, d_v=11, d_ff=13)"
+
+
+def test_block_weights_refuse_wrong_shapes_with_the_shapes_named():
+    good = init_block_weights(Dims(), d_ff=13)
+    fields = {n: getattr(good, n) for n in ("gamma_1", "beta_1", "attn", "gamma_2", "beta_2",
+                                            "W_1", "b_1", "W_2", "b_2")}
+    with pytest.raises(ValueError, match=r"W_2 has shape \(5, 13\) but must be \(13, 5\)"):
+        BlockWeights(**{**fields, "W_2": good.W_2.T})
+    with pytest.raises(ValueError, match=r"gamma_2 has shape \(7,\) but must be \(5,\)"):
+        BlockWeights(**{**fields, "gamma_2": np.ones(7)})
+    with pytest.raises(ValueError, match=r"b_1 has shape \(5,\) but must be \(13,\)"):
+        BlockWeights(**{**fields, "b_1": np.ones(5)})
+    with pytest.raises(TypeError, match="attn must be mha_lit.Weights"):
+        BlockWeights(**{**fields, "attn": np.ones((22, 5))})
+    with pytest.raises(ValueError, match="d_ff must be a positive integer"):
+        init_block_weights(Dims(), d_ff=0)
+
+
+# --- the block ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+@pytest.mark.parametrize("dims, d_ff", CONFIGS)
+def test_gpt_block_matches_its_equations(dims, d_ff, pre_ln):
+    B = init_block_weights(dims, d_ff=d_ff, seed=2)
+    X = _X(dims)
+
+    def ln(x, g, b):
+        return layer_norm(x, g, b)
+
+    def ffn(x):
+        return feed_forward(x, B.W_1, B.b_1, B.W_2, B.b_2)
+
+    def mha(x):
+        return multi_head_attention(x, B.attn)
+
+    if pre_ln:
+        mid = X + mha(ln(X, B.gamma_1, B.beta_1))
+        expected = mid + ffn(ln(mid, B.gamma_2, B.beta_2))
+    else:
+        mid = ln(X + mha(X), B.gamma_1, B.beta_1)
+        expected = ln(mid + ffn(mid), B.gamma_2, B.beta_2)
+    Z = gpt_block(X, B, pre_ln=pre_ln)
+    assert Z.shape == X.shape == (dims.tokens, dims.d_model)
+    assert np.allclose(Z, expected, atol=1e-12)
+
+
+def test_pre_ln_and_post_ln_differ_and_only_post_ln_ends_normalised():
+    B = init_block_weights(Dims(), d_ff=13)
+    X = 3.0 * _X(Dims())
+    pre, post = gpt_block(X, B, pre_ln=True), gpt_block(X, B, pre_ln=False)
+    assert not np.allclose(pre, post)
+    post_hat = (post - B.beta_2) / B.gamma_2  # undo the last gain and bias
+    assert np.allclose(post_hat.mean(axis=1), 0.0, atol=1e-12)
+    assert np.allclose(post_hat.var(axis=1), 1.0, atol=1e-3)
+    pre_hat = (pre - B.beta_2) / B.gamma_2
+    assert not np.allclose(pre_hat.var(axis=1), 1.0, atol=1e-3)
+
+
+@given(
+    config=st.sampled_from(CONFIGS),
+    seed=st.integers(0, 2**16),
+    pre_ln=st.booleans(),
+    data=st.data(),
+)
+def test_gpt_block_is_causal(config, seed, pre_ln, data):
+    """Output row N depends only on input rows 1..N: change rows after N, rows up to N stay."""
+    dims, d_ff = config
+    B = init_block_weights(dims, d_ff=d_ff, seed=seed)
+    X = data.draw(arrays(np.float64, (dims.tokens, dims.d_model), elements=finite), label="X")
+    N = data.draw(st.integers(0, dims.tokens - 1), label="rows kept")
+    later = data.draw(arrays(np.float64, (dims.tokens - N, dims.d_model), elements=finite),
+                      label="new later rows")
+    X2 = X.copy()
+    X2[N:] = later
+    assert np.array_equal(gpt_block(X, B, pre_ln)[:N], gpt_block(X2, B, pre_ln)[:N])
+
+
+def test_gpt_block_errors_name_the_shapes():
+    B = init_block_weights(Dims(), d_ff=13)
+    with pytest.raises(ValueError, match=r"X has 7 columns but the block expects d_model = 5"):
+        gpt_block(np.ones((3, 7)), B)
+    with pytest.raises(ValueError, match=r"W_1 is \(5, 13\)"):
+        gpt_block(np.ones((3, 7)), B)
+    with pytest.raises(TypeError, match="B must be mha_lit.BlockWeights"):
+        gpt_block(np.ones((3, 5)), init_weights())
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        gpt_block(np.full((3, 5), np.nan), B)
