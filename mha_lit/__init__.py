@@ -5,7 +5,7 @@ Read the modules in the book's order: ``shapes`` (Dims, Weights), ``encoding`` (
 block), ``symbolic`` (SymPy).
 """
 
-from . import plots, symbolic
+from . import counting, plots, symbolic
 from .attention import (
     attention,
     attention_weights,
@@ -48,6 +48,7 @@ __all__ = [
     "init_block_weights",
     "gpt_block",
     "symbolic",
+    "counting",
     "plots",
 ]
 

@@ -154,4 +154,103 @@ def attention_heatmap(S, ax=None, title=None, tokens=None, causal: bool = True, 
 
 # --- Part II: counting matrix multiplications ------------------------------------------
 
+
+def one_hot_product(O, E, X) -> plt.Figure:
+    """The embedding as a product: one-hot O (n, V) times E (V, d_model) gives X (n, d_model).
+
+    Book: Part II, chapter 1, "The embedding as a product". The three matrices are drawn side
+    by side as heatmaps, each titled with its shape.
+    """
+    O, E, X = (np.asarray(a, dtype=float) for a in (O, E, X))
+    if O.ndim != 2 or E.ndim != 2 or X.ndim != 2:
+        raise ValueError(f"O, E, X must be matrices, got shapes {O.shape}, {E.shape}, {X.shape}")
+    if O.shape[1] != E.shape[0] or X.shape != (O.shape[0], E.shape[1]):
+        raise ValueError(f"O {O.shape} times E {E.shape} cannot give X {X.shape}")
+    fig, axes = plt.subplots(1, 3, figsize=(9, 3.6), width_ratios=[O.shape[1], E.shape[1] + 2,
+                                                                    X.shape[1] + 2])
+    names = [("one-hot $O$", O, "Greys"), ("embedding $E$", E, "RdBu_r"), ("$X = O E$", X, "RdBu_r")]
+    lim = float(np.abs(E).max()) or 1.0
+    for ax, (name, M, cmap) in zip(axes, names):
+        vmin, vmax = (0, 1) if cmap == "Greys" else (-lim, lim)
+        ax.imshow(M, cmap=cmap, vmin=vmin, vmax=vmax)
+        ax.set_title(f"{name}\n{M.shape[0]} × {M.shape[1]}")
+        ax.set_xticks(range(M.shape[1]))
+        ax.set_yticks(range(M.shape[0]))
+        ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def matmul_count_bars(separate, fused, multiply_adds=None, title=None) -> plt.Figure:
+    """Matrix products per component, head by head and fused, on a log scale. Book: Part II, ch. 2.
+
+    ``separate`` and ``fused`` map the same component names to counts of products; the
+    optional ``multiply_adds`` (same names) adds a second panel with the arithmetic, which
+    fusing does not change.
+    """
+    names = list(separate)
+    if list(fused) != names or (multiply_adds is not None and list(multiply_adds) != names):
+        raise ValueError(f"all mappings need the same components in the same order, got "
+                         f"{names}, {list(fused)}")
+    panels = 1 if multiply_adds is None else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(7.5, 0.55 * len(names) * panels + 1.6),
+                             squeeze=False)
+    y = np.arange(len(names))  # one row of bars per component
+    ax = axes[0, 0]
+    for offset, data, label, color in ((-0.2, separate, "one product per head", HIGHLIGHT),
+                                       (0.2, fused, "heads fused / batched", "#1b9e77")):
+        vals = [data[k] for k in names]
+        bars = ax.barh(y + offset, vals, height=0.4, label=label, color=color)
+        ax.bar_label(bars, labels=[f"{v:,}" for v in vals], fontsize=8, padding=2)
+    ax.set_xscale("log")
+    ax.set_xlabel("matrix products (log scale)")
+    ax.legend(loc="lower right", fontsize=8)
+    if multiply_adds is not None:
+        ax2 = axes[1, 0]
+        vals = [multiply_adds[k] for k in names]
+        bars = ax2.barh(y, vals, height=0.5, color="#7570b3")
+        ax2.bar_label(bars, labels=[f"{v:.2g}" for v in vals], fontsize=8, padding=2)
+        ax2.set_xscale("log")
+        ax2.set_xlabel("multiply-adds (log scale), the same either way")
+    for a in axes[:, 0]:
+        a.set_yticks(y, names)
+        a.invert_yaxis()
+        a.margins(x=0.25)
+    if title:
+        axes[0, 0].set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def flops_vs_length(seq_lens, models, crossovers, contexts=None) -> plt.Figure:
+    """FLOPs of one forward pass against sequence length, log-log, one panel per model.
+
+    Book: Part II, chapter 3. ``models`` maps a model name to curves (name -> FLOPs at each
+    of ``seq_lens``); ``crossovers`` maps it to the length where the n^2 curve meets the
+    projections (dashed line); ``contexts`` to the model's context length (dotted line).
+    """
+    n = np.asarray(seq_lens, dtype=float)
+    if n.ndim != 1 or n.size < 2 or np.any(n <= 0):
+        raise ValueError(f"seq_lens must be at least two positive lengths, got {seq_lens!r}")
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.2), squeeze=False)
+    for ax, (name, curves) in zip(axes[0], models.items()):
+        for label, values in curves.items():
+            values = np.asarray(values, dtype=float)
+            if values.shape != n.shape:
+                raise ValueError(f"curve {label!r} of {name} has {values.size} values for "
+                                 f"{n.size} lengths")
+            ax.loglog(n, values, label=label, lw=2)
+        ax.axvline(crossovers[name], ls="--", color="k", lw=1,
+                   label=f"$n^2$ = projections at n = {crossovers[name]:,.0f}")
+        if contexts is not None:
+            ax.axvline(contexts[name], ls=":", color="grey", lw=1.5,
+                       label=f"context length {contexts[name]:,}")
+        ax.set_title(name)
+        ax.set_xlabel("sequence length n (tokens)")
+        ax.set_ylabel("FLOPs per forward pass")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
 # --- end of Part II --------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def as_float_array(a, name: str, *, ndim: int | None = None) -> np.ndarray:
     Integers become float64; float16/32/64 keep their dtype. Booleans, complex numbers,
     strings and objects are refused with ``TypeError``; NaN and +-inf with ``ValueError``.
     """
-    arr = np.asarray(a)
+    arr = np.asanyarray(a)  # keeps ndarray subclasses (Part II counts products with one)
     if arr.dtype == bool or not (
         np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
     ):

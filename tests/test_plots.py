@@ -101,6 +101,51 @@ def test_attention_heatmap_without_mask_and_refusals():
 
 # --- Part II ----------------------------------------------------------------------------
 
+
+def test_one_hot_product_draws_three_matrices_with_shapes():
+    from mha_lit import counting
+
+    E = np.random.default_rng(0).standard_normal((13, 5))
+    O = counting.one_hot(np.array([2, 7, 11]), 13)
+    fig = plots.one_hot_product(O, E, O @ E)
+    assert isinstance(fig, plt.Figure) and len(fig.axes) == 3
+    assert [ax.get_title().split("\n")[1] for ax in fig.axes] == ["3 × 13", "13 × 5", "3 × 5"]
+    assert np.array_equal(fig.axes[2].images[0].get_array(), O @ E)
+    with pytest.raises(ValueError, match="cannot give"):
+        plots.one_hot_product(O, E, E)
+
+
+def test_matmul_count_bars_heights_are_the_counts():
+    sep = {"a": 10, "b": 3, "c": 1}
+    fused = {"a": 1, "b": 1, "c": 1}
+    macs = {"a": 1e9, "b": 2e6, "c": 5.0}
+    fig = plots.matmul_count_bars(sep, fused, macs, title="t")
+    assert len(fig.axes) == 2
+    counts, work = fig.axes
+    widths = [p.get_width() for p in counts.patches]
+    assert widths == [10, 3, 1, 1, 1, 1]
+    assert [p.get_width() for p in work.patches] == [1e9, 2e6, 5.0]
+    assert [t.get_text() for t in counts.get_yticklabels()] == ["a", "b", "c"]
+    assert len(plots.matmul_count_bars(sep, fused).axes) == 1
+    with pytest.raises(ValueError, match="same components"):
+        plots.matmul_count_bars(sep, {"a": 1, "b": 1})
+
+
+def test_flops_vs_length_draws_curves_and_marks():
+    n = np.array([1, 10, 100])
+    models = {"m1": {"linear": n * 5.0, "quadratic": n**2 * 1.0},
+              "m2": {"linear": n * 7.0, "quadratic": n**2 * 2.0}}
+    fig = plots.flops_vs_length(n, models, {"m1": 5, "m2": 3.5}, {"m1": 64, "m2": 32})
+    assert len(fig.axes) == 2
+    ax = fig.axes[0]
+    assert np.array_equal(ax.lines[1].get_ydata(), n**2 * 1.0)
+    assert ax.lines[2].get_xdata()[0] == 5 and ax.lines[3].get_xdata()[0] == 64
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="2 values for 3 lengths"):
+        plots.flops_vs_length(n, {"m": {"x": [1, 2]}}, {"m": 1})
+    with pytest.raises(ValueError, match="positive"):
+        plots.flops_vs_length([0, 1], models, {"m1": 1, "m2": 1})
+
 # --- end of Part II --------------------------------------------------------------------------
 
 
