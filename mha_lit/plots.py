@@ -150,6 +150,102 @@ def attention_heatmap(S, ax=None, title=None, tokens=None, causal: bool = True, 
 
 # --- Part I, chapter 8: the GPT block ----------------------------------------------------
 
+_GPT_COLORS = {"embed": "#eeeeee", "attn": "#fdd9b5", "norm": "#dbe6f4", "ffn": "#d5ecd0",
+               "out": "#eeeeee"}
+_GPT_W, _GPT_H, _GPT_STEP = 5.3, 0.7, 1.2  # box width and height, distance between centres
+_GPT_SKIP_X = _GPT_W / 2 + 0.55  # x of the vertical residual lines
+
+
+def _gpt_nodes(pre_ln: bool, n: int, d_model: int, d_ff: int) -> list[tuple[str, str, str]]:
+    """(kind, title, subtitle) of each node of the block diagram, top to bottom."""
+    attn = ("attn", "Masked multi-head attention", "chapters 3–7 of this book")
+    ffn = ("ffn", "Feed-forward network", f"GELU, per row: {d_model} → {d_ff} → {d_model}")
+    nodes = [("embed", "Token + position embedding", f"X: {n} × {d_model}, one row per token")]
+    if pre_ln:
+        nodes += [("norm", "Layer norm 1", "per row"), attn, ("add", "+", ""),
+                  ("norm", "Layer norm 2", "per row"), ffn, ("add", "+", ""),
+                  ("norm", "Final layer norm", "added in GPT-2, per row")]
+    else:
+        nodes += [attn, ("norm", "Add & layer norm 1", "LN(X + attention), per row"), ffn,
+                  ("norm", "Add & layer norm 2", "LN(X′ + FFN), per row")]
+    return nodes + [("out", "Linear: output projection", "one score per vocabulary entry"),
+                    ("out", "Softmax", "next-token probabilities, per row")]
+
+
+def _gpt_node(ax, y: float, kind: str, title: str, subtitle: str) -> tuple[float, float]:
+    """Draw one node centred at (0, y); return its half-width and half-height."""
+    from matplotlib.patches import Circle, FancyBboxPatch
+
+    if kind == "add":
+        ax.add_patch(Circle((0, y), 0.26, facecolor="white", edgecolor="black", lw=1.2,
+                            gid="node:+"))
+        ax.text(0, y, "+", ha="center", va="center", fontsize=15)
+        return 0.26, 0.26
+    ax.add_patch(FancyBboxPatch((-_GPT_W / 2, y - _GPT_H / 2), _GPT_W, _GPT_H,
+                                boxstyle="round,pad=0,rounding_size=0.12", lw=1.2,
+                                facecolor=_GPT_COLORS[kind], edgecolor="black",
+                                gid=f"node:{title}"))
+    ax.text(0, y + 0.13, title, ha="center", va="center", fontsize=11.5)
+    ax.text(0, y - 0.17, subtitle, ha="center", va="center", fontsize=9.5, color="#444444")
+    return _GPT_W / 2, _GPT_H / 2
+
+
+def _gpt_arrow(ax, points, gid: str) -> None:
+    """An arrow along the polyline ``points`` (data coordinates), head at the last point."""
+    from matplotlib.patches import FancyArrowPatch
+    from matplotlib.path import Path
+
+    ax.add_patch(FancyArrowPatch(path=Path(points), arrowstyle="-|>", mutation_scale=14,
+                                 lw=1.3, color="black", gid=gid))
+
+
+def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
+    """The dashed frame around the nodes of one block, labelled "× N" on its left."""
+    from matplotlib.patches import FancyBboxPatch
+
+    left, right = -_GPT_W / 2 - 0.25, _GPT_SKIP_X + 0.3
+    ax.add_patch(FancyBboxPatch((left, bottom), right - left, top - bottom, fill=False,
+                                boxstyle="round,pad=0,rounding_size=0.2", ls="--", lw=1.1,
+                                edgecolor="#777777", gid="frame"))
+    ax.text(left - 0.12, (top + bottom) / 2, f"× N\n{n_text}", ha="right", va="center",
+            fontsize=12, linespacing=1.6)
+
+
+def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5, d_ff: int = 13):
+    """The GPT decoder stack as boxes and arrows, data flowing down. Book: chapter 8, "The block".
+
+    ``pre_ln=False`` draws GPT's block (layer norm after each residual addition), ``True``
+    GPT-2's (layer norm before each sub-layer, one more after the last block). Arrows carry
+    their shape in the book's sizes; the dashed frame is the block, repeated N times. Node
+    patches have gid "node:<title>", arrows "arrow" or "residual". Returns the Figure.
+    """
+    nodes = _gpt_nodes(pre_ln, n, d_model, d_ff)
+    ys = [-_GPT_STEP * i for i in range(len(nodes))]  # node centres, top to bottom
+    fig, ax = plt.subplots(figsize=(5.0, 0.6 * _GPT_STEP * len(nodes) + 0.9))
+    half_w, half = zip(*(_gpt_node(ax, y, *node) for y, node in zip(ys, nodes)))
+    for i in range(len(nodes) - 1):
+        _gpt_arrow(ax, [(0, ys[i] - half[i]), (0, ys[i + 1] + half[i + 1])], "arrow")
+        shape = f"{n} × vocab" if i == len(nodes) - 2 else f"{n} × {d_model}"
+        ax.text(-0.14, ys[i + 1] + half[i + 1] + 0.2, shape, ha="right", va="center",
+                fontsize=9, color="#555555", style="italic")
+    adds = [i for i, node in enumerate(nodes) if node[0] == "add" or "Add" in node[1]]
+    for start, add in zip([0, adds[0]], adds):
+        y0 = ys[start + 1] + half[start + 1] + 0.2  # branch off just above the next node
+        ax.plot([0], [y0], "o", color="black", ms=4)
+        _gpt_arrow(ax, [(0, y0), (_GPT_SKIP_X, y0), (_GPT_SKIP_X, ys[add]),
+                        (half_w[add], ys[add])], "residual")
+        ax.text((_GPT_W / 2 + _GPT_SKIP_X) / 2, (y0 + ys[add]) / 2, "residual", rotation=90,
+                ha="center", va="center", fontsize=9, color="#555555")
+    _gpt_repeat_frame(ax, ys[1] + half[1] + 0.42, ys[adds[1]] - half[adds[1]] - 0.12,
+                      "12 to 48\nin GPT-2" if pre_ln else "12 in GPT")
+    ax.set_title("GPT-2 (pre-LN): layer norm before\neach sub-layer" if pre_ln else
+                 "GPT (post-LN): layer norm after\neach residual addition", fontsize=12)
+    ax.set_xlim(-_GPT_W / 2 - 1.75, _GPT_SKIP_X + 0.4)
+    ax.set_ylim(ys[-1] - 0.45, 0.45)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
 # --- end of Part I, chapter 8 ------------------------------------------------------------------
 
 # --- Part II: counting matrix multiplications ------------------------------------------

@@ -97,6 +97,58 @@ def test_attention_heatmap_without_mask_and_refusals():
 
 # --- Part I, chapter 8 -------------------------------------------------------------------
 
+def _gpt_parts(fig):
+    ax = fig.axes[0]
+    gids = [p.get_gid() or "" for p in ax.patches]
+    nodes = [gid[len("node:"):] for gid in gids if gid.startswith("node:")]
+    arrows = [gid for gid in gids if gid in ("arrow", "residual")]
+    texts = [t.get_text() for t in ax.texts]
+    return nodes, arrows, texts
+
+
+def test_gpt_block_diagram_post_ln_boxes_arrows_and_shapes():
+    fig = plots.gpt_block_diagram(pre_ln=False)
+    nodes, arrows, texts = _gpt_parts(fig)
+    assert nodes == ["Token + position embedding", "Masked multi-head attention",
+                     "Add & layer norm 1", "Feed-forward network", "Add & layer norm 2",
+                     "Linear: output projection", "Softmax"]
+    assert arrows.count("arrow") == len(nodes) - 1 and arrows.count("residual") == 2
+    assert all(title in texts for title in nodes)
+    assert "GELU, per row: 5 → 13 → 5" in texts and texts.count("3 × 5") == 5
+    assert any(t.startswith("× N") for t in texts)
+    assert [p.get_gid() for p in fig.axes[0].patches].count("frame") == 1
+
+
+def test_gpt_block_diagram_pre_ln_has_norms_before_sublayers_and_a_final_norm():
+    fig = plots.gpt_block_diagram(pre_ln=True, n=7, d_model=11, d_ff=17)
+    nodes, arrows, texts = _gpt_parts(fig)
+    assert nodes == ["Token + position embedding", "Layer norm 1", "Masked multi-head attention",
+                     "+", "Layer norm 2", "Feed-forward network", "+", "Final layer norm",
+                     "Linear: output projection", "Softmax"]
+    assert arrows.count("arrow") == 9 and arrows.count("residual") == 2
+    assert "GELU, per row: 11 → 17 → 11" in texts and "7 × 11" in texts
+    assert "pre-LN" in fig.axes[0].get_title()
+
+
+def test_gpt_block_diagram_residuals_skip_a_sublayer_and_end_at_an_addition():
+    for pre_ln, first_add in ((False, "node:Add & layer norm 1"), (True, "node:+")):
+        fig = plots.gpt_block_diagram(pre_ln=pre_ln)
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        to_data = ax.transData.inverted()
+        boxes = {}
+        for p in ax.patches:  # data-coordinate (x0, y0, x1, y1) of each drawn patch
+            bb = p.get_window_extent()
+            (x0, y0), (x1, y1) = to_data.transform([[bb.x0, bb.y0], [bb.x1, bb.y1]])
+            boxes.setdefault(p.get_gid(), []).append((x0, y0, x1, y1))
+        skips = sorted(boxes["residual"], key=lambda b: -b[3])
+        attn = boxes["node:Masked multi-head attention"][0]
+        add_y = (boxes[first_add][0][1] + boxes[first_add][0][3]) / 2
+        assert skips[0][3] > attn[3] and abs(skips[0][1] - add_y) < 0.15  # around attention
+        assert skips[0][2] > attn[2]  # passes on the right of the attention box
+        ffn = boxes["node:Feed-forward network"][0]
+        assert skips[1][3] > ffn[3] > ffn[1] > skips[1][1]  # and around the FFN
+
 # --- end of Part I, chapter 8 ------------------------------------------------------------------
 
 # --- Part II ----------------------------------------------------------------------------
