@@ -1,0 +1,161 @@
+"""Multi-head attention computed fast, with the same result as the book's reference.
+
+Book: Part II, chapter 4 "Computing it efficiently".
+
+The reference ``multi_head_attention_reference`` follows the equations head by head. This module
+computes the same Y with four ideas, each a way to do less work or to move fewer bytes:
+
+1. Fused heads. The 3h projection matrices W_Qi, W_Ki, W_Vi are laid side by side once, so one
+   matrix product projects X for every head at once. It is computed transposed,
+   W_QKV^T X^T, so that each head's Q^T, K^T, V^T is a contiguous block of rows; the scale
+   1/sqrt(d_k) is folded into the W_Q rows, so the scores need no extra pass.
+2. Causal block skipping. Queries are taken a block of rows at a time; a causal query block
+   ending at row r1 multiplies only against keys 0 .. r1-1. The blocks above the diagonal, which
+   the mask would set to -inf anyway, are never computed: about half the score work.
+3. Softmax in place. Each block of scores is turned into exp(S - max) in its own buffer, and the
+   division by the row sum is applied to H (n x d_v) instead of to S (n x n).
+4. Online softmax for long sequences. When one block of scores would exceed a memory limit, the
+   keys are taken a tile at a time with a running maximum and a running sum (Milakov and
+   Gimelshein 2018; Rabe and Staats 2021; Dao et al. 2022), so memory stays O(n * d) instead of
+   O(h * n^2).
+
+Letters in shape comments (see ``mha_lit.shapes``): n tokens, d_model, d_k, d_v, h heads,
+b query rows in a block, w keys in a tile, m keys a query block looks at.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .shapes import Weights
+
+__all__ = ["fused_weights", "project_heads", "attend_block", "attend_tiled",
+           "multi_head_attention_fast", "BLOCK_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
+
+BLOCK_ROWS = 128  # query rows per block
+TILE_KEYS = 256  # keys per tile on the online-softmax path
+SCORES_LIMIT_BYTES = 32 * 2**20  # one block's scores (h, b, n) above this -> tiled path
+
+
+def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
+    """W_QKV^T (h*(2 d_k + d_v), d_model) with 1/sqrt(d_k) folded in, and W_O. Book: Part II, ch. 4.
+
+    Rows 0 .. h*d_k-1 are W_Q1^T/sqrt(d_k), ..., W_Qh^T/sqrt(d_k); then the h blocks of W_K^T,
+    then the h blocks of W_V^T. Computed once per Weights and kept on it (Weights is frozen,
+    so its matrices cannot change under the cached copy).
+    """
+    cached = W.__dict__.get("_fused")
+    if cached is None:
+        scale = 1.0 / math.sqrt(W.d_k)
+        W_QKV_T = np.concatenate([
+            (W.W_Q * scale).transpose(0, 2, 1).reshape(-1, W.d_model),  # (h*d_k, d_model)
+            W.W_K.transpose(0, 2, 1).reshape(-1, W.d_model),  # (h*d_k, d_model)
+            W.W_V.transpose(0, 2, 1).reshape(-1, W.d_model),  # (h*d_v, d_model)
+        ]).astype(W.dtype, copy=False)  # (h*(2 d_k + d_v), d_model)
+        W_QKV_T.flags.writeable = False
+        cached = (W_QKV_T, W.W_O)
+        object.__setattr__(W, "_fused", cached)
+    return cached
+
+
+def project_heads(X: np.ndarray, W: Weights):
+    """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product. Book: Part II, ch. 4.
+
+    Returns Q_T (h, d_k, n), K_T (h, d_k, n), V_T (h, d_v, n): views into one contiguous array,
+    each head's block contiguous, so no copy is needed to split the heads.
+    """
+    W_QKV_T, _ = fused_weights(W)
+    h, d_k, d_v, n = W.heads, W.d_k, W.d_v, X.shape[0]
+    QKV_T = W_QKV_T.astype(X.dtype, copy=False) @ X.T  # (h*(2 d_k + d_v), n)
+    Q_T = QKV_T[: h * d_k].reshape(h, d_k, n)  # (h, d_k, n)
+    K_T = QKV_T[h * d_k: 2 * h * d_k].reshape(h, d_k, n)  # (h, d_k, n)
+    V_T = QKV_T[2 * h * d_k:].reshape(h, d_v, n)  # (h, d_v, n)
+    return Q_T, K_T, V_T
+
+
+def _mask_later_keys(S: np.ndarray, r0: int, c0: int) -> None:
+    """Set S[:, i, j] to -inf where key c0 + j comes after query r0 + i (in place)."""
+    b, w = S.shape[1:]
+    later = np.arange(c0, c0 + w)[None, :] > np.arange(r0, r0 + b)[:, None]  # (b, w)
+    if later.any():
+        S[:, later] = -np.inf  # (h, b, w)
+
+
+def _exp_shifted_inplace(S: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """S <- exp(S - m) in S's own memory; returns the row sums (h, b, 1)."""
+    np.subtract(S, m, out=S)  # (h, b, w), every entry <= 0 or -inf
+    np.exp(S, out=S)  # (h, b, w), exp(-inf) = 0
+    return S.sum(axis=-1, keepdims=True)  # (h, b, 1)
+
+
+def attend_block(Q_T, K_T, V_T, r0: int, r1: int, causal: bool) -> np.ndarray:
+    """Rows r0 .. r1-1 of every head's H = softmax(mask(Q K^T)) V. Book: Part II, ch. 4.
+
+    With ``causal`` the block looks only at keys 0 .. r1-1: the key blocks to the right of the
+    diagonal are skipped, and only the diagonal square is masked. Returns H (h, b, d_v).
+    """
+    m = r1 if causal else K_T.shape[2]
+    Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k), a view
+    S = Q @ K_T[:, :, :m]  # (h, b, d_k) @ (h, d_k, m) -> (h, b, m), already scaled
+    if causal:
+        _mask_later_keys(S[:, :, r0:], r0, r0)  # only the diagonal square (h, b, b)
+    l = _exp_shifted_inplace(S, S.max(axis=-1, keepdims=True))  # S <- exp(S - max); l (h, b, 1)
+    H = S @ V_T[:, :, :m].transpose(0, 2, 1)  # (h, b, m) @ (h, m, d_v) -> (h, b, d_v)
+    H /= l  # divide the (b, d_v) result, not the (b, m) scores
+    return H
+
+
+def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np.ndarray:
+    """The same H rows as ``attend_block``, keys ``tile`` at a time with an online softmax.
+
+    Book: Part II, ch. 4, "Online softmax". A running maximum mx, running sum l and running
+    unnormalised output acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
+    no row of scores longer than ``tile`` ever exists. Returns H (h, b, d_v).
+    """
+    m = r1 if causal else K_T.shape[2]
+    Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k)
+    h, b, d_v = Q.shape[0], Q.shape[1], V_T.shape[1]
+    mx = np.full((h, b, 1), -np.inf, Q.dtype)  # running row maxima
+    l = np.zeros((h, b, 1), Q.dtype)  # running sums of exp(S - mx)
+    acc = np.zeros((h, b, d_v), Q.dtype)  # running sum of exp(S - mx) V
+    for c0 in range(0, m, tile):
+        c1 = min(c0 + tile, m)
+        S = Q @ K_T[:, :, c0:c1]  # (h, b, w)
+        if causal and c1 - 1 > r0:
+            _mask_later_keys(S, r0, c0)
+        mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (h, b, 1), finite: key 0 is seen first
+        alpha = np.exp(mx - mx_new)  # (h, b, 1), rescales what was summed so far
+        l = l * alpha + _exp_shifted_inplace(S, mx_new)  # (h, b, 1)
+        acc = acc * alpha + S @ V_T[:, :, c0:c1].transpose(0, 2, 1)  # (h, b, d_v)
+        mx = mx_new
+    return acc / l  # (h, b, d_v)
+
+
+def multi_head_attention_fast(X: np.ndarray, W: Weights, causal: bool = True, *,
+                              block: int = BLOCK_ROWS, tile: int | None = None) -> np.ndarray:
+    """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: Part II, chapter 4.
+
+    X must already be checked (``check_input``) and in the dtype to compute in. Queries go
+    ``block`` rows at a time. ``tile=None`` picks the path: whole key rows while one block's
+    scores (h, block, n) fit in SCORES_LIMIT_BYTES, else the online softmax with TILE_KEYS keys
+    per tile; an integer ``tile`` forces the online-softmax path with that tile size.
+    """
+    for name, size in (("block", block), ("tile", tile)):
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"{name} must be a positive integer, got {size!r}")
+    n = X.shape[0]
+    if tile is None and W.heads * block * n * X.itemsize > SCORES_LIMIT_BYTES:
+        tile = TILE_KEYS
+    Q_T, K_T, V_T = project_heads(X, W)  # (h, d_k, n), (h, d_k, n), (h, d_v, n)
+    concat = np.empty((n, W.heads, W.d_v), X.dtype)  # (n, h, d_v), Concat(H_1..H_h) by rows
+    for r0 in range(0, n, block):
+        r1 = min(r0 + block, n)
+        if tile is None:
+            H = attend_block(Q_T, K_T, V_T, r0, r1, causal)  # (h, b, d_v)
+        else:
+            H = attend_tiled(Q_T, K_T, V_T, r0, r1, causal, tile)  # (h, b, d_v)
+        concat[r0:r1] = H.transpose(1, 0, 2)  # (b, h, d_v)
+    _, W_O = fused_weights(W)
+    return concat.reshape(n, -1) @ W_O.astype(X.dtype, copy=False)  # (n, h*d_v) @ (h*d_v, d_model)

@@ -1,0 +1,194 @@
+"""The fast path (mha_lit.fast) computes exactly what the book's reference computes."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mha_lit.fast as fast
+from mha_lit import Dims, init_weights, multi_head_attention, multi_head_attention_reference
+from mha_lit.fast import (
+    attend_block,
+    attend_tiled,
+    fused_weights,
+    multi_head_attention_fast,
+    project_heads,
+)
+from tests.shapes_for_tests import PRIME_DIMS
+
+MORE_DIMS = [
+    Dims(tokens=29, d_model=13, d_k=5, d_v=3, heads=4),
+    Dims(tokens=131, d_model=11, d_k=7, d_v=5, heads=3),  # more rows than one block of 128
+    Dims(tokens=257, d_model=19, d_k=2, d_v=17, heads=1),  # 2 full blocks and 1 row
+]
+ALL_DIMS = PRIME_DIMS + MORE_DIMS
+TOL = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+def _case(dims, dtype, seed=0, scale=1.0):
+    W = init_weights(dims, seed=seed, dtype=dtype)
+    X = np.random.default_rng(seed + 1).standard_normal((dims.tokens, dims.d_model)) * scale
+    return X.astype(dtype), W
+
+
+def _close(Y, Y_ref, dtype):
+    tol = TOL[dtype]
+    return Y.shape == Y_ref.shape and np.allclose(Y, Y_ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dims", ALL_DIMS, ids=str)
+def test_public_function_equals_reference(dims, dtype, causal):
+    X, W = _case(dims, dtype)
+    Y = multi_head_attention(X, W, causal)
+    assert Y.dtype == dtype
+    assert _close(Y, multi_head_attention_reference(X, W, causal), dtype)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block, tile", [(1, None), (4, None), (5, 3), (13, 7), (128, 1), (2, 256)])
+@pytest.mark.parametrize("dims", ALL_DIMS, ids=str)
+def test_blocks_and_tiles_of_any_size_equal_reference(dims, block, tile, causal):
+    X, W = _case(dims, np.float64, seed=3)
+    Y = multi_head_attention_fast(X, W, causal, block=block, tile=tile)
+    assert _close(Y, multi_head_attention_reference(X, W, causal), np.float64)
+
+
+@pytest.mark.parametrize("tile", [1, 2, 5, 16])
+def test_tiled_path_float32_with_tiles_that_do_not_divide_n(tile):
+    dims = Dims(tokens=37, d_model=17, d_k=19, d_v=23, heads=2)
+    X, W = _case(dims, np.float32, seed=5)
+    assert dims.tokens % tile != 0 or tile == 1
+    Y = multi_head_attention_fast(X, W, True, block=8, tile=tile)
+    assert Y.dtype == np.float32
+    assert _close(Y, multi_head_attention_reference(X, W), np.float32)
+
+
+def test_long_input_takes_the_tiled_path_by_itself(monkeypatch):
+    dims = Dims(tokens=67, d_model=7, d_k=3, d_v=5, heads=2)
+    X, W = _case(dims, np.float64, seed=6)
+    calls = []
+    monkeypatch.setattr(fast, "attend_tiled", lambda *a: calls.append(a[-1]) or attend_tiled(*a))
+    multi_head_attention_fast(X, W)
+    assert calls == []  # small scores: whole key rows
+    monkeypatch.setattr(fast, "SCORES_LIMIT_BYTES", 1000)  # 2 * 16 * 67 * 8 bytes is more
+    Y = multi_head_attention_fast(X, W, block=16)
+    assert calls and set(calls) == {fast.TILE_KEYS}
+    assert _close(Y, multi_head_attention_reference(X, W), np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_one_token(dtype):
+    dims = Dims(tokens=1, d_model=5, d_k=7, d_v=11, heads=2)
+    X, W = _case(dims, dtype, seed=7)
+    for causal in (True, False):
+        Y = multi_head_attention(X, W, causal)
+        assert Y.shape == (1, 5) and Y.dtype == dtype
+        assert _close(Y, multi_head_attention_reference(X, W, causal), dtype)
+
+
+def test_huge_logits_do_not_overflow_on_either_path():
+    X, W = _case(Dims(tokens=19, d_model=5, d_k=7, d_v=11, heads=2), np.float64, scale=300.0)
+    Y_ref = multi_head_attention_reference(X, W)
+    assert np.all(np.isfinite(Y_ref))
+    assert _close(multi_head_attention_fast(X, W, block=4), Y_ref, np.float64)
+    assert _close(multi_head_attention_fast(X, W, block=4, tile=3), Y_ref, np.float64)
+
+
+def test_float32_input_with_float64_weights_computes_in_float64():
+    dims = Dims(tokens=11, d_model=5, d_k=7, d_v=3, heads=2)
+    X, W = _case(dims, np.float32, seed=8)
+    W64 = W.astype(np.float64)
+    Y = multi_head_attention(X, W64)
+    assert Y.dtype == np.float32
+    assert _close(Y, multi_head_attention_reference(X, W64), np.float32)
+    Y64 = multi_head_attention_fast(X.astype(np.float64), W64)
+    assert _close(Y64, multi_head_attention_reference(X.astype(np.float64), W64), np.float64)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 40), block=st.integers(1, 12), tile=st.one_of(st.none(), st.integers(1, 9)),
+       causal=st.booleans(), seed=st.integers(0, 1000))
+def test_any_n_block_and_tile_agree_with_reference(n, block, tile, causal, seed):
+    X, W = _case(Dims(tokens=n, d_model=7, d_k=5, d_v=3, heads=3), np.float64, seed=seed)
+    Y = multi_head_attention_fast(X, W, causal, block=block, tile=tile)
+    assert _close(Y, multi_head_attention_reference(X, W, causal), np.float64)
+
+
+# --- the pieces ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_fused_weights_hold_every_head_and_are_computed_once(dims):
+    W = init_weights(dims, seed=9)
+    W_QKV_T, W_O = fused_weights(W)
+    h, dk, dv = dims.heads, dims.d_k, dims.d_v
+    assert W_QKV_T.shape == (h * (2 * dk + dv), dims.d_model)
+    assert np.allclose(W_QKV_T[:dk].T * np.sqrt(dk), W.W_Q[0])
+    assert np.array_equal(W_QKV_T[(2 * h - 1) * dk: 2 * h * dk].T, W.W_K[h - 1])
+    assert np.array_equal(W_QKV_T[2 * h * dk: 2 * h * dk + dv].T, W.W_V[0])
+    assert W_O is W.W_O
+    assert fused_weights(W)[0] is W_QKV_T  # cached on W
+    assert not W_QKV_T.flags.writeable
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_project_heads_equals_the_per_head_products(dims):
+    X, W = _case(dims, np.float64, seed=10)
+    Q_T, K_T, V_T = project_heads(X, W)
+    assert Q_T.shape == (dims.heads, dims.d_k, dims.tokens)
+    assert V_T.shape == (dims.heads, dims.d_v, dims.tokens)
+    for i in range(dims.heads):
+        assert np.allclose(Q_T[i].T, X @ W.W_Q[i] / np.sqrt(dims.d_k), atol=1e-13)
+        assert np.allclose(K_T[i].T, X @ W.W_K[i], atol=1e-13)
+        assert np.allclose(V_T[i].T, X @ W.W_V[i], atol=1e-13)
+
+
+def test_attend_block_and_attend_tiled_give_the_same_rows():
+    X, W = _case(Dims(tokens=23, d_model=5, d_k=7, d_v=11, heads=2), np.float64, seed=11)
+    Q_T, K_T, V_T = project_heads(X, W)
+    for causal in (True, False):
+        H = attend_block(Q_T, K_T, V_T, 5, 17, causal)
+        assert H.shape == (2, 12, 11)
+        assert np.allclose(H, attend_tiled(Q_T, K_T, V_T, 5, 17, causal, 4), atol=1e-13)
+
+
+# --- bad input is refused exactly as the reference refuses it ----------------------------
+
+@pytest.mark.parametrize(
+    "X",
+    [
+        np.ones((3, 4)),
+        np.ones((3, 5, 1)),
+        np.ones(5),
+        np.array([[1.0, np.nan, 0, 0, 0]]),
+        np.array([[1.0, np.inf, 0, 0, 0]]),
+        np.array([list("abcde")]),
+        np.ones((3, 5), dtype=bool),
+        np.ones((3, 5), dtype=complex),
+    ],
+    ids=["columns", "3-D", "1-D", "nan", "inf", "strings", "bool", "complex"],
+)
+def test_bad_input_is_refused_the_same_way(X):
+    W = init_weights(seed=12)
+    with pytest.raises((TypeError, ValueError)) as ref_error:
+        multi_head_attention_reference(X, W)
+    with pytest.raises(ref_error.type) as fast_error:
+        multi_head_attention(X, W)
+    assert str(fast_error.value) == str(ref_error.value)
+
+
+def test_bad_weights_and_empty_input_are_refused():
+    with pytest.raises(TypeError, match="W must be mha_lit.Weights"):
+        multi_head_attention(np.ones((3, 5)), "weights")
+    with pytest.raises(ValueError):  # the reference refuses it too, with NumPy's own message
+        multi_head_attention_reference(np.ones((0, 5)), init_weights())
+    with pytest.raises(ValueError, match=r"X has no rows \(shape \(0, 5\)\)"):
+        multi_head_attention(np.ones((0, 5)), init_weights())
+
+
+@pytest.mark.parametrize("block, tile", [(0, None), (2.5, None), (True, None), (4, 0), (4, -1)])
+def test_block_and_tile_must_be_positive_integers(block, tile):
+    X, W = _case(Dims(), np.float64)
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        multi_head_attention_fast(X, W, block=block, tile=tile)
