@@ -37,7 +37,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)  # elementwise erf (NumPy has none)
 
 
 def layer_norm(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
-    """LN(x) = gamma * (x - mean) / sqrt(var + eps) + beta, row by row. Book: chapter 8, "Layer norm".
+    """Layer norm, gamma (x - mean) / sqrt(var + eps) + beta per row. Book: chapter 8, "Layer norm".
 
     X is (n, d_model); gamma and beta are (d_model,). The mean and the (population) variance are
     taken over each row's d_model entries, never across rows, as in GPT-2 (eps = 1e-5).
@@ -73,7 +73,7 @@ def gelu(x, approximate: bool = True) -> np.ndarray:
 
 
 def feed_forward(X, W_1, b_1, W_2, b_2) -> np.ndarray:
-    """FFN(X) = GELU(X W_1 + b_1) W_2 + b_2, row by row. Book: chapter 8, "The feed-forward network".
+    """FFN(X) = GELU(X W_1 + b_1) W_2 + b_2, per row. Book: chapter 8, "The feed-forward network".
 
     X is (n, d_model), W_1 (d_model, d_ff), b_1 (d_ff,), W_2 (d_ff, d_model), b_2 (d_model,);
     the result is (n, d_model).
