@@ -267,7 +267,9 @@ class MatmulLog:
 
     ``track(X)`` returns X as an array that records each ``@`` / ``np.matmul`` it takes part
     in, and passes the tracking on to every array computed from it. The values are computed
-    by NumPy exactly as without tracking.
+    by NumPy exactly as without tracking. Tracking follows values through expressions; a value
+    written into an untracked buffer (``buf[...] = tracked``) leaves the log's sight, so count
+    code that computes by expressions, as ``multi_head_attention_reference`` does.
     """
 
     records: list = field(default_factory=list)
