@@ -152,7 +152,8 @@ def attention_heatmap(S, ax=None, title=None, tokens=None, causal: bool = True, 
 
 _GPT_COLORS = {"embed": "#eeeeee", "attn": "#fdd9b5", "norm": "#dbe6f4", "ffn": "#d5ecd0",
                "out": "#eeeeee"}
-_GPT_W, _GPT_H, _GPT_STEP = 5.3, 0.7, 1.2  # box width and height, distance between centres
+_GPT_W, _GPT_H, _GPT_STEP = 5.1, 0.72, 1.2  # box width and height, distance between centres
+_GPT_INCH = 0.62  # inches per data unit
 _GPT_SKIP_X = _GPT_W / 2 + 0.55  # x of the vertical residual lines
 
 
@@ -185,8 +186,8 @@ def _gpt_node(ax, y: float, kind: str, title: str, subtitle: str) -> tuple[float
                                 boxstyle="round,pad=0,rounding_size=0.12", lw=1.2,
                                 facecolor=_GPT_COLORS[kind], edgecolor="black",
                                 gid=f"node:{title}"))
-    ax.text(0, y + 0.13, title, ha="center", va="center", fontsize=11.5)
-    ax.text(0, y - 0.17, subtitle, ha="center", va="center", fontsize=9.5, color="#444444")
+    ax.text(0, y + 0.13, title, ha="center", va="center", fontsize=12)
+    ax.text(0, y - 0.18, subtitle, ha="center", va="center", fontsize=10, color="#444444")
     return _GPT_W / 2, _GPT_H / 2
 
 
@@ -200,15 +201,15 @@ def _gpt_arrow(ax, points, gid: str) -> None:
 
 
 def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
-    """The dashed frame around the nodes of one block, labelled "× N" on its left."""
+    """The dashed frame around the nodes of one block, labelled "× N" on its right."""
     from matplotlib.patches import FancyBboxPatch
 
     left, right = -_GPT_W / 2 - 0.25, _GPT_SKIP_X + 0.3
     ax.add_patch(FancyBboxPatch((left, bottom), right - left, top - bottom, fill=False,
                                 boxstyle="round,pad=0,rounding_size=0.2", ls="--", lw=1.1,
                                 edgecolor="#777777", gid="frame"))
-    ax.text(left - 0.12, (top + bottom) / 2, f"× N\n{n_text}", ha="right", va="center",
-            fontsize=12, linespacing=1.6)
+    ax.text(right + 0.1, (top + bottom) / 2, f"× N   ({n_text})", rotation=270, ha="left",
+            va="center", fontsize=12)
 
 
 def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5, d_ff: int = 13):
@@ -221,13 +222,16 @@ def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5, d_ff: 
     """
     nodes = _gpt_nodes(pre_ln, n, d_model, d_ff)
     ys = [-_GPT_STEP * i for i in range(len(nodes))]  # node centres, top to bottom
-    fig, ax = plt.subplots(figsize=(5.0, 0.6 * _GPT_STEP * len(nodes) + 0.9))
+    xlim, ylim = (-_GPT_W / 2 - 0.4, _GPT_SKIP_X + 0.9), (ys[-1] - 0.45, 0.45)
+    size = (_GPT_INCH * (xlim[1] - xlim[0]), _GPT_INCH * (ylim[1] - ylim[0]) + 0.6)
+    fig, ax = plt.subplots(figsize=size, dpi=110, gridspec_kw={
+        "left": 0.01, "right": 0.99, "bottom": 0.01, "top": 1 - 0.6 / size[1]})
     half_w, half = zip(*(_gpt_node(ax, y, *node) for y, node in zip(ys, nodes)))
     for i in range(len(nodes) - 1):
         _gpt_arrow(ax, [(0, ys[i] - half[i]), (0, ys[i + 1] + half[i + 1])], "arrow")
         shape = f"{n} × vocab" if i == len(nodes) - 2 else f"{n} × {d_model}"
         ax.text(-0.14, ys[i + 1] + half[i + 1] + 0.2, shape, ha="right", va="center",
-                fontsize=9, color="#555555", style="italic")
+                fontsize=9.5, color="#555555", style="italic")
     adds = [i for i, node in enumerate(nodes) if node[0] == "add" or "Add" in node[1]]
     for start, add in zip([0, adds[0]], adds):
         y0 = ys[start + 1] + half[start + 1] + 0.2  # branch off just above the next node
@@ -235,13 +239,13 @@ def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5, d_ff: 
         _gpt_arrow(ax, [(0, y0), (_GPT_SKIP_X, y0), (_GPT_SKIP_X, ys[add]),
                         (half_w[add], ys[add])], "residual")
         ax.text((_GPT_W / 2 + _GPT_SKIP_X) / 2, (y0 + ys[add]) / 2, "residual", rotation=90,
-                ha="center", va="center", fontsize=9, color="#555555")
+                ha="center", va="center", fontsize=9.5, color="#555555")
     _gpt_repeat_frame(ax, ys[1] + half[1] + 0.42, ys[adds[1]] - half[adds[1]] - 0.12,
-                      "12 to 48\nin GPT-2" if pre_ln else "12 in GPT")
+                      "12 to 48 in GPT-2" if pre_ln else "12 in GPT")
     ax.set_title("GPT-2 (pre-LN): layer norm before\neach sub-layer" if pre_ln else
-                 "GPT (post-LN): layer norm after\neach residual addition", fontsize=12)
-    ax.set_xlim(-_GPT_W / 2 - 1.75, _GPT_SKIP_X + 0.4)
-    ax.set_ylim(ys[-1] - 0.45, 0.45)
+                 "GPT (post-LN): layer norm after\neach residual addition", fontsize=12.5)
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
     ax.set_aspect("equal")
     ax.axis("off")
     return fig
