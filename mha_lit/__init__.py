@@ -24,7 +24,7 @@ from .block import (
     residual,
 )
 from .encoding import embed, sinusoidal_encoding
-from .kv_cache import KVCache
+from .kv_cache import KVCache, recompute_multiply_adds, step_multiply_adds
 from .shapes import Dims, Weights, init_weights
 
 __all__ = [
@@ -40,6 +40,8 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_reference",
     "KVCache",
+    "step_multiply_adds",
+    "recompute_multiply_adds",
     "layer_norm",
     "gelu",
     "feed_forward",

@@ -17,7 +17,7 @@ import numpy as np
 from .attention import softmax
 from .shapes import Weights, as_float_array
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "step_multiply_adds", "recompute_multiply_adds"]
 
 
 class KVCache:
@@ -106,3 +106,37 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     view = a.view()
     view.flags.writeable = False
     return view
+
+
+# --- Part I, chapter 7: what a step costs, with and without the cache ---------------------
+
+
+def _products(rows: int, n: int, dims) -> list[tuple[int, int, int]]:
+    """Shapes (a, b, c) of every product (a x b) @ (b x c) that computes `rows` output rows
+    against n keys: per head X W_Q, X W_K, X W_V, Q K^T, S V, then Concat W_O."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive number of tokens, got {n!r}")
+    d, dk, dv, h = dims.d_model, dims.d_k, dims.d_v, dims.heads
+    # new rows need all n keys and values; the cache already holds n - rows of them
+    per_head = [(rows, d, dk), (rows, d, dk), (rows, d, dv), (rows, dk, n), (rows, n, dv)]
+    return per_head * h + [(rows, h * dv, d)]  # Concat (rows, h*d_v) @ W_O (h*d_v, d_model)
+
+
+def step_multiply_adds(n: int, dims) -> int:
+    """Multiply-adds to compute output row n when rows 1..n-1 of K and V are cached. Book: chapter 7.
+
+    One row each of Q, K, V per head (the new token's), one row of scores against the n keys,
+    one weighted sum of the n values, and one row of Concat times W_O:
+    h (d_model (2 d_k + d_v) + n (d_k + d_v)) + h d_v d_model, linear in n.
+    """
+    return sum(a * b * c for a, b, c in _products(1, n, dims))
+
+
+def recompute_multiply_adds(n: int, dims) -> int:
+    """Multiply-adds to recompute all n output rows from scratch, as without a cache. Book: chapter 7.
+
+    The same products as ``step_multiply_adds`` with n rows instead of one: every Q, K, V,
+    the full n x n score matrix (masked entries included, as a dense computation does), S V
+    and Concat W_O, quadratic in n.
+    """
+    return sum(a * b * c for a, b, c in _products(n, n, dims))

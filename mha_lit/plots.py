@@ -146,6 +146,126 @@ def attention_heatmap(S, ax=None, title=None, tokens=None, causal: bool = True, 
 
 # --- Part I, chapters 4-7: heads, output, dependence, KV cache --------------------------------
 
+
+def _cell_text(ax, r: int, c: int, text: str, dark: bool, size: float = 10) -> None:
+    """Write text in cell (r, c) of an imshow, white on dark cells and black on light ones."""
+    ax.text(c, r, text, ha="center", va="center", fontsize=size, color="white" if dark else "black")
+
+
+def head_heatmaps(S, tokens=None) -> plt.Figure:
+    """The attention weights S_1, ..., S_h side by side, masked entries hatched. Book: chapter 4.
+
+    S is (h, n, n): S[i] is head i+1's matrix of attention weights. Each panel is drawn by
+    ``attention_heatmap`` (chapter 3), so the causal mask shows as hatched "masked" cells.
+    """
+    S = np.asarray(S, dtype=float)
+    if S.ndim != 3 or S.shape[1] != S.shape[2]:
+        raise ValueError(f"S must be (heads, n, n), got shape {S.shape}")
+    h, n, _ = S.shape
+    fig, axes = plt.subplots(1, h, figsize=(3.6 * h + 0.4, 0.9 * n + 1.5), squeeze=False)
+    for i, ax in enumerate(axes[0]):
+        attention_heatmap(S[i], ax=ax, title=f"head {i + 1}: $S_{i + 1}$", tokens=tokens,
+                          fmt=".2f")
+    fig.tight_layout(w_pad=2.0)
+    return fig
+
+
+def concat_output(H, W_O) -> plt.Figure:
+    """Concat(H_1, ..., H_h) W_O = Y laid out as a product, head blocks outlined. Book: chapter 5.
+
+    H is (h, n, d_v) (H[i] is head i+1's output), W_O is (h*d_v, d_model). Concat sits bottom
+    left, W_O top right, Y where their rows and columns meet; block i of Concat's columns and
+    block i of W_O's rows share a colour, because they multiply each other.
+    """
+    H, W_O = np.asarray(H, dtype=float), np.asarray(W_O, dtype=float)
+    if H.ndim != 3 or W_O.ndim != 2 or W_O.shape[0] != H.shape[0] * H.shape[2]:
+        raise ValueError(f"H must be (h, n, d_v) and W_O (h*d_v, d_model); got H {H.shape}, "
+                         f"W_O {W_O.shape}")
+    h, n, d_v = H.shape
+    concat = np.concatenate(list(H), axis=1)  # (n, h*d_v)
+    Y = concat @ W_O  # (n, d_model)
+    fig = plt.figure(figsize=(9, 8.2), constrained_layout=True)
+    grid = fig.add_gridspec(2, 2, width_ratios=[h * d_v, W_O.shape[1]],
+                            height_ratios=[h * d_v, n])
+    heads = ", ".join(f"H_{i + 1}" for i in range(h))
+    panels = [(grid[1, 0], concat, rf"Concat$({heads})$: {n} × {h * d_v}"),
+              (grid[0, 1], W_O, rf"$W_O$: {h * d_v} × {W_O.shape[1]}"),
+              (grid[1, 1], Y, rf"$Y$: {n} × {W_O.shape[1]}")]
+    for spec, M, title in panels:
+        ax = fig.add_subplot(spec)
+        lim = float(np.abs(M).max()) or 1.0
+        ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for i in range(h if M is not Y else 0):
+            color = f"C{i}"
+            if M is concat:
+                ax.add_patch(plt.Rectangle((i * d_v - 0.5, -0.5), d_v, n, fill=False,
+                                           edgecolor=color, lw=3))
+                ax.text(i * d_v + d_v / 2 - 0.5, n - 0.5 + 0.15 * n, f"$H_{i + 1}$",
+                        ha="center", va="top", color=color, fontsize=12)
+            else:
+                ax.add_patch(plt.Rectangle((-0.5, i * d_v - 0.5), M.shape[1], d_v, fill=False,
+                                           edgecolor=color, lw=3))
+                ax.text(-0.9, i * d_v + d_v / 2 - 0.5, f"block {i + 1}", rotation=90,
+                        ha="right", va="center", color=color, fontsize=11)
+    note = fig.add_subplot(grid[0, 0])
+    note.axis("off")
+    note.text(0.5, 0.5, "$Y = \\sum_i H_i \\, W_O^{(i)}$\n\nblock $i$ of $W_O$ (its rows)\n"
+              "meets $H_i$ (its columns)", ha="center", va="center", fontsize=13)
+    return fig
+
+
+def dependency_grid(D, title: str = "") -> plt.Figure:
+    """How much output row i moves with input row j: an n x n grid. Book: chapter 6.
+
+    D[i, j] >= 0 is a size of the block dY_{i+1} / dX_{j+1} (for instance its largest entry).
+    Cells exactly 0 are hatched and labelled "0".
+    """
+    D = np.asarray(D, dtype=float)
+    if D.ndim != 2 or D.shape[0] != D.shape[1] or (D < 0).any():
+        raise ValueError(f"D must be a square matrix of sizes >= 0, got shape {D.shape}")
+    n = D.shape[0]
+    fig, ax = plt.subplots(figsize=(1.2 * n + 2.2, 1.1 * n + 1.4), constrained_layout=True)
+    im = ax.imshow(np.ma.masked_equal(D, 0.0), cmap="Blues", vmin=0, vmax=float(D.max()) or 1)
+    for r, c in np.ndindex(n, n):
+        if D[r, c] == 0:
+            ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="white", hatch="//",
+                                       edgecolor="#bbbbbb", lw=0, gid="zero"))
+        _cell_text(ax, r, c, "0" if D[r, c] == 0 else f"{D[r, c]:.2g}", D[r, c] > 0.6 * D.max())
+    ax.set_xticks(range(n), [f"$X_{j + 1}$" for j in range(n)])
+    ax.set_yticks(range(n), [f"$Y_{j + 1}$" for j in range(n)])
+    ax.set_xlabel("input row")
+    ax.set_ylabel("output row")
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(im, ax=ax, shrink=0.85)
+    return fig
+
+
+def kv_cost_curves(n, cached, recomputed) -> plt.Figure:
+    """Multiply-adds per new token and in total, with and without the KV cache. Book: chapter 7.
+
+    n is the number of tokens (1-D, increasing); cached[k] and recomputed[k] are the
+    multiply-adds that produce output row n[k] with the cache and by recomputing all rows.
+    """
+    n, cached, recomputed = (np.asarray(a, dtype=float) for a in (n, cached, recomputed))
+    if not (n.ndim == 1 and n.shape == cached.shape == recomputed.shape and len(n) > 0):
+        raise ValueError(f"n, cached and recomputed must be 1-D of one length, got shapes "
+                         f"{n.shape}, {cached.shape}, {recomputed.shape}")
+    fig, (per, total) = plt.subplots(1, 2, figsize=(9, 3.6), constrained_layout=True)
+    for ax, a, b, what in ((per, cached, recomputed, "for output row $n$"),
+                           (total, np.cumsum(cached), np.cumsum(recomputed),
+                            "for all of rows $1, \\ldots, n$")):
+        ax.plot(n, b, "o-", color="C3", ms=3, label="recompute every row")
+        ax.plot(n, a, "s-", color="C0", ms=3, label="with the KV cache")
+        ax.set_xlabel("tokens $n$")
+        ax.set_ylabel("multiply-adds")
+        ax.set_title(f"multiply-adds {what}", fontsize=10)
+        ax.grid(alpha=0.3)
+    per.legend()
+    return fig
+
 # --- end of Part I, chapters 4-7 --------------------------------------------------------------
 
 # --- Part I, chapter 8: the GPT block ----------------------------------------------------

@@ -11,7 +11,8 @@ import sympy as sp
 
 from .shapes import Dims
 
-__all__ = ["matrix", "qk_transpose", "product_entry", "causal_mask", "softmax"]
+__all__ = ["matrix", "qk_transpose", "product_entry", "causal_mask", "softmax",
+           "weight_matrices", "multi_head_output", "output_rows", "depends_on"]
 
 
 def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
@@ -63,3 +64,66 @@ def softmax(M: sp.Matrix) -> sp.Matrix:
         if all(e == 0 for e in E.row(i)):
             raise ValueError(f"row {i + 1} of the {M.rows} x {M.cols} matrix is entirely -oo")
     return sp.Matrix(*M.shape, lambda i, j: E[i, j] / sum(E.row(i)))  # (n, m), rows sum to 1
+
+
+# --- Part I, chapter 6: how outputs depend on inputs -------------------------------------
+
+
+def weight_matrices(dims: Dims | None = None) -> tuple[sp.Matrix, ...]:
+    """W = (W_Q1, W_K1, W_V1, ..., W_Qh, W_Kh, W_Vh, W_O) as symbol matrices. Book: chapter 6.
+
+    With the book's two heads that is seven matrices: six of 5 x 7 or 5 x 11, then W_O 22 x 5.
+    Entries are named like ``W^{Q1}_{2,3}`` (row 2, column 3 of W_Q1).
+    """
+    dims = Dims() if dims is None else dims
+    W = []
+    for i in range(1, dims.heads + 1):
+        W.append(matrix(f"W^{{Q{i}}}", dims.d_model, dims.d_k))  # (d_model, d_k)
+        W.append(matrix(f"W^{{K{i}}}", dims.d_model, dims.d_k))  # (d_model, d_k)
+        W.append(matrix(f"W^{{V{i}}}", dims.d_model, dims.d_v))  # (d_model, d_v)
+    W.append(matrix("W^{O}", dims.concat, dims.d_model))  # (h*d_v, d_model)
+    return tuple(W)
+
+
+def multi_head_output(X: sp.Matrix, W: tuple[sp.Matrix, ...]) -> sp.Matrix:
+    """Y = Concat(H_1, ..., H_h) W_O, exactly, for symbolic X and W. Book: chapter 6.
+
+    W is ordered as ``weight_matrices`` returns it. The mask and softmax are this module's
+    ``causal_mask`` (scores above the diagonal become -oo) and ``softmax`` (exp(-oo) = 0
+    exactly); nothing else about causality is built in.
+    """
+    *per_head, W_O = W
+    if len(per_head) % 3 or X.shape[1] != per_head[0].shape[0]:
+        raise ValueError(f"W must be (W_Q1, W_K1, W_V1, ..., W_O) and X must have "
+                         f"{per_head[0].shape[0]} columns; got {len(W)} matrices, X {X.shape}")
+    H = []
+    for W_Qi, W_Ki, W_Vi in zip(per_head[0::3], per_head[1::3], per_head[2::3]):
+        Q, K, V = X * W_Qi, X * W_Ki, X * W_Vi  # (n, d_k), (n, d_k), (n, d_v)
+        scores = Q * K.T / sp.sqrt(W_Qi.shape[1])  # (n, n)
+        S = softmax(causal_mask(scores))  # (n, n), zero above the diagonal, rows sum to 1
+        H.append(S * V)  # (n, d_v)
+    return sp.Matrix.hstack(*H) * W_O  # (n, h*d_v) (h*d_v, d_model) -> (n, d_model)
+
+
+def output_rows(dims: Dims | None = None) -> tuple[sp.Matrix, sp.Matrix, tuple[sp.Matrix, ...]]:
+    """(Y, X, W): the layer's output for a symbol matrix X (entries x_{i,j}). Book: chapter 6.
+
+    Y and X are (tokens x d_model); W is ``weight_matrices(dims)``. Row i of Y is the book's
+    Y_i = f_i(X_1, ..., X_i; W).
+    """
+    dims = Dims() if dims is None else dims
+    X = matrix("x", dims.tokens, dims.d_model)  # (n, d_model)
+    W = weight_matrices(dims)
+    return multi_head_output(X, W), X, W
+
+
+def depends_on(Y: sp.Matrix, X: sp.Matrix) -> list[list[bool]]:
+    """Pattern D with D[i][j] True iff some entry of row i of Y contains row j of X. Book: chapter 6.
+
+    An entry free of every symbol of X_j has derivative exactly 0 with respect to all of them.
+    """
+    if Y.shape[0] != X.shape[0]:
+        raise ValueError(f"Y has {Y.shape[0]} rows but X has {X.shape[0]}; need one output row "
+                         "per input row")
+    used = [set().union(*(y.free_symbols for y in Y.row(i))) for i in range(Y.shape[0])]
+    return [[bool(used[i] & set(X.row(j))) for j in range(X.shape[0])] for i in range(Y.shape[0])]

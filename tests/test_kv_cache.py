@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mha_lit import Dims, KVCache, init_weights, multi_head_attention
+from mha_lit import Dims, KVCache, init_weights, multi_head_attention, softmax
 from tests.shapes_for_tests import PRIME_DIMS
 
 
@@ -106,3 +106,71 @@ def test_step_reads_the_cache_instead_of_recomputing_the_prefix():
     tampered._V[:, 0] += 1.0  # corrupt the cached value row of token 1 in every head
     assert not np.allclose(tampered.step(x), honest.step(x))
     assert np.allclose(honest.step(x), multi_head_attention(np.vstack([X, x, x]), W)[-1])
+
+
+# --- Part I, chapter 7: multiply-add counts ------------------------------------------------
+
+
+def _counted_forward(X, W, rows):
+    """The last `rows` output rows of multi-head attention, every product counted.
+
+    Keys and values of the earlier rows are computed without counting, as a cache would
+    already hold them. Returns (Y_rows, sum of a*b*c over the products (a x b) @ (b x c))."""
+    count = 0
+
+    def mm(A, B):
+        nonlocal count
+        (a, b), (b2, c) = A.shape, B.shape
+        assert b == b2
+        count += a * b * c
+        return A @ B
+
+    n = len(X)
+    old, new = X[: n - rows], X[n - rows:]  # cached rows, rows to compute
+    later = np.arange(n)[None, :] > np.arange(n - rows, n)[:, None]  # (rows, n) masked keys
+    H = []
+    for i in range(W.heads):
+        Q = mm(new, W.W_Q[i])
+        K = np.vstack([old @ W.W_K[i], mm(new, W.W_K[i])])
+        V = np.vstack([old @ W.W_V[i], mm(new, W.W_V[i])])
+        scores = mm(Q, K.T) / np.sqrt(W.d_k)
+        H.append(mm(softmax(np.where(later, -np.inf, scores)), V))
+    return mm(np.concatenate(H, axis=1), W.W_O), count
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+@pytest.mark.parametrize("n", [1, 2, 3, 8])
+def test_multiply_add_counts_match_the_products_performed(dims, n):
+    from mha_lit.kv_cache import recompute_multiply_adds, step_multiply_adds
+
+    W = init_weights(dims, seed=n)
+    X = np.random.default_rng(n).standard_normal((n, dims.d_model))
+    Y_full, full_count = _counted_forward(X, W, rows=n)
+    y_new, step_count = _counted_forward(X, W, rows=1)
+    assert np.allclose(Y_full, multi_head_attention(X, W), atol=1e-12)
+    assert np.allclose(y_new[0], KVCache(W).extend(X)[-1], atol=1e-12)
+    assert recompute_multiply_adds(n, dims) == full_count
+    assert step_multiply_adds(n, dims) == step_count
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_step_cost_is_linear_and_recompute_cost_quadratic(dims):
+    from mha_lit.kv_cache import recompute_multiply_adds, step_multiply_adds
+
+    h, d, dk, dv = dims.heads, dims.d_model, dims.d_k, dims.d_v
+    step = [step_multiply_adds(n, dims) for n in range(1, 12)]
+    full = [recompute_multiply_adds(n, dims) for n in range(1, 12)]
+    assert set(np.diff(step)) == {h * (dk + dv)}  # one more key and value to read per token
+    assert set(np.diff(full, n=2)) == {2 * h * (dk + dv)}
+    assert step[0] == full[0]  # with one token there is nothing to reuse
+    assert all(s < f for s, f in zip(step[1:], full[1:]))
+    assert step_multiply_adds(1, dims) == h * d * (2 * dk + dv) + h * (dk + dv) + h * dv * d
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, True, "4"])
+def test_multiply_add_counts_refuse_bad_n(bad):
+    from mha_lit.kv_cache import recompute_multiply_adds, step_multiply_adds
+
+    for f in (step_multiply_adds, recompute_multiply_adds):
+        with pytest.raises(ValueError, match="n must be a positive number of tokens"):
+            f(bad, Dims())

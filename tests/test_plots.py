@@ -93,6 +93,64 @@ def test_attention_heatmap_without_mask_and_refusals():
 
 # --- Part I, chapters 4-7 -----------------------------------------------------------------
 
+
+def _figure_texts(fig):
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+@pytest.mark.parametrize("h, n", [(2, 3), (1, 2), (3, 5)])
+def test_head_heatmaps_one_panel_per_head_with_the_mask(h, n):
+    rng = np.random.default_rng(h * n)
+    S = np.tril(rng.random((h, n, n)))
+    S /= S.sum(axis=-1, keepdims=True)
+    fig = plots.head_heatmaps(S)
+    assert len(fig.axes) == h
+    assert [ax.get_title() for ax in fig.axes] == [f"head {i + 1}: $S_{i + 1}$" for i in range(h)]
+    assert _figure_texts(fig).count("masked") == h * n * (n - 1) // 2
+    assert f"{S[-1, -1, 0]:.2f}" in [t.get_text() for t in fig.axes[-1].texts]
+    with pytest.raises(ValueError, match=r"\(heads, n, n\), got shape \(3, 3\)"):
+        plots.head_heatmaps(np.ones((3, 3)))
+
+
+def test_concat_output_outlines_each_head_block():
+    rng = np.random.default_rng(0)
+    H, W_O = rng.standard_normal((2, 3, 11)), rng.standard_normal((22, 5))
+    fig = plots.concat_output(H, W_O)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "Concat$(H_1, H_2)$: 3 × 22" in titles and "$W_O$: 22 × 5" in titles
+    assert "$Y$: 3 × 5" in titles
+    y_ax = fig.axes[titles.index("$Y$: 3 × 5")]
+    assert np.allclose(y_ax.images[0].get_array(), np.concatenate(list(H), axis=1) @ W_O)
+    outlined = [p for ax in fig.axes for p in ax.patches]
+    assert len(outlined) == 4  # two blocks of Concat's columns, two of W_O's rows
+    with pytest.raises(ValueError, match=r"got H \(2, 3, 11\), W_O \(21, 5\)"):
+        plots.concat_output(H, W_O[:21])
+
+
+def test_dependency_grid_labels_exact_zeros():
+    D = np.array([[1.0, 0, 0], [0.5, 2.0, 0], [0.1, 0.2, 0.3]])
+    fig = plots.dependency_grid(D, "test")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts].count("0") == 3
+    assert sum(p.get_gid() == "zero" for p in ax.patches) == 3
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["$X_1$", "$X_2$", "$X_3$"]
+    with pytest.raises(ValueError, match="square"):
+        plots.dependency_grid(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="square"):
+        plots.dependency_grid(-np.eye(2))
+
+
+def test_kv_cost_curves_draws_both_counts_and_their_sums():
+    n = np.arange(1, 9)
+    cached, recomputed = 10 * n, n**2
+    fig = plots.kv_cost_curves(n, cached, recomputed)
+    per, total = fig.axes
+    assert [line.get_label() for line in per.lines] == ["recompute every row", "with the KV cache"]
+    assert np.array_equal(per.lines[1].get_ydata(), cached)
+    assert np.array_equal(total.lines[0].get_ydata(), np.cumsum(recomputed))
+    with pytest.raises(ValueError, match="one length"):
+        plots.kv_cost_curves(n, cached[:-1], recomputed)
+
 # --- end of Part I, chapters 4-7 --------------------------------------------------------------
 
 # --- Part I, chapter 8 -------------------------------------------------------------------

@@ -75,3 +75,51 @@ def test_symbolic_softmax_keeps_exponentials_and_refuses_all_masked_rows():
     assert S[0, 0] == sp.exp(4) / (sp.exp(4) + sp.exp(5))
     with pytest.raises(ValueError, match="row 2"):
         symbolic.softmax(sp.Matrix([[1, 2], [-sp.oo, -sp.oo]]))
+
+
+# --- Part I, chapter 6: how outputs depend on inputs -------------------------------------
+
+
+@pytest.mark.parametrize("dims", [Dims(), Dims(tokens=2, d_model=3, d_k=5, d_v=7, heads=1),
+                                  Dims(tokens=4, d_model=2, d_k=3, d_v=5, heads=3)], ids=str)
+def test_output_rows_agrees_with_numpy_and_depends_only_on_earlier_rows(dims):
+    from mha_lit import init_weights, multi_head_attention
+
+    Y, X, W = symbolic.output_rows(dims)
+    assert Y.shape == X.shape == (dims.tokens, dims.d_model)
+    assert len(W) == 3 * dims.heads + 1 and W[-1].shape == (dims.concat, dims.d_model)
+    D = symbolic.depends_on(Y, X)
+    assert D == [[j <= i for j in range(dims.tokens)] for i in range(dims.tokens)]
+    # the exact expression evaluates to the library's output
+    Wn = init_weights(dims, seed=3)
+    Xn = np.random.default_rng(3).standard_normal((dims.tokens, dims.d_model))
+    numeric = []
+    for i in range(dims.heads):
+        numeric += [sp.Matrix(Wn.W_Q[i]), sp.Matrix(Wn.W_K[i]), sp.Matrix(Wn.W_V[i])]
+    exact = symbolic.multi_head_output(sp.Matrix(Xn), (*numeric, sp.Matrix(Wn.W_O)))
+    assert np.allclose(np.array(exact.evalf(), dtype=float), multi_head_attention(Xn, Wn),
+                       atol=1e-10)
+
+
+def test_first_output_row_has_zero_derivative_in_later_rows():
+    dims = Dims(tokens=3, d_model=2, d_k=3, d_v=2, heads=1)
+    Y, X, _ = symbolic.output_rows(dims)
+    assert all(sp.diff(y, x) == 0 for y in Y.row(0) for x in X[1:, :])
+    assert any(sp.diff(y, x) != 0 for y in Y.row(0) for x in X.row(0))
+    assert all(sp.diff(y, x) == 0 for y in Y.row(1) for x in X.row(2))
+
+
+def test_depends_on_is_not_fooled_and_refuses_mismatched_rows():
+    X = symbolic.matrix("x", 2, 2)
+    Y = sp.Matrix([[X[1, 0], 1], [0, X[0, 1]]])  # row 1 uses X_2, row 2 uses X_1
+    assert symbolic.depends_on(Y, X) == [[False, True], [True, False]]
+    with pytest.raises(ValueError, match="Y has 1 rows but X has 2"):
+        symbolic.depends_on(Y[:1, :], X)
+
+
+def test_weight_matrices_shapes_and_order():
+    W = symbolic.weight_matrices(Dims())
+    assert [w.shape for w in W] == [(5, 7), (5, 7), (5, 11)] * 2 + [(22, 5)]
+    assert str(W[3][0, 0]) == "W^{Q2}_{1,1}"
+    with pytest.raises(ValueError, match="X must have 5 columns"):
+        symbolic.multi_head_output(symbolic.matrix("x", 3, 4), W)
