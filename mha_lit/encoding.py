@@ -13,18 +13,23 @@ from .shapes import as_float_array
 __all__ = ["sinusoidal_encoding", "embed"]
 
 
-def sinusoidal_encoding(n: int, d_model: int, base: float = 10000.0) -> np.ndarray:
-    """The sinusoidal positional encoding P (n, d_model). Book: chapter 2, "Positional encoding".
+def sinusoidal_encoding(n: int, d_model: int,
+                        base: float = 10000.0) -> np.ndarray:
+    """Sinusoidal positional encoding. Book: chapter 2, "Positional encoding".
 
-    Vaswani et al. (2017): P[pos, 2i] = sin(pos / base^(2i / d_model)) and
-    P[pos, 2i + 1] = cos(pos / base^(2i / d_model)), positions counted from 0. An odd
-    d_model (5 in the book) simply ends on a sine column.
+    P is (n, d_model). Vaswani et al. (2017), positions counted from 0:
+    P[pos, 2i] = sin(pos / base^(2i / d_model)) and
+    P[pos, 2i + 1] = cos(pos / base^(2i / d_model)).
+    An odd d_model (5 in the book) simply ends on a sine column.
     """
     for name, value in (("n", n), ("d_model", d_model)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ValueError(f"sinusoidal_encoding needs a positive integer {name}, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                or value <= 0):
+            raise ValueError(f"sinusoidal_encoding needs a positive integer "
+                             f"{name}, got {value!r}")
     if not base > 0:
-        raise ValueError(f"sinusoidal_encoding needs a positive base, got {base!r}")
+        raise ValueError(f"sinusoidal_encoding needs a positive base, "
+                         f"got {base!r}")
     pos = np.arange(n)[:, None]  # (n, 1)
     j = np.arange(d_model)[None, :]  # (1, d_model)
     angle = pos / float(base) ** (2 * (j // 2) / d_model)  # (n, d_model)
@@ -32,18 +37,20 @@ def sinusoidal_encoding(n: int, d_model: int, base: float = 10000.0) -> np.ndarr
 
 
 def embed(token_ids, table) -> np.ndarray:
-    """X = table[token_ids] + P: embedding rows plus positions. Book: chapter 2, "The input X".
+    """X = table[token_ids] + P. Book: chapter 2, "The input X".
 
-    ``token_ids`` is a 1-D sequence of n integer ids, ``table`` a (vocab, d_model) embedding
-    table; the result X is (n, d_model).
+    ``token_ids`` is a 1-D sequence of n integer ids, ``table`` a
+    (vocab, d_model) embedding table; the result X is (n, d_model).
     """
     table = as_float_array(table, "embedding table", ndim=2)
     ids = np.asarray(token_ids)
-    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"token_ids must be a non-empty 1-D sequence of integers, got {ids!r}")
+    if (ids.ndim != 1 or ids.size == 0
+            or not np.issubdtype(ids.dtype, np.integer)):
+        raise ValueError(f"token_ids must be a non-empty 1-D sequence of "
+                         f"integers, got {ids!r}")
     vocab, d_model = table.shape
     if ids.min() < 0 or ids.max() >= vocab:
-        raise ValueError(f"token ids must lie in 0..{vocab - 1} (the table has {vocab} rows), "
-                         f"got {ids.tolist()}")
+        raise ValueError(f"token ids must lie in 0..{vocab - 1} (the table "
+                         f"has {vocab} rows), got {ids.tolist()}")
     E = table[ids]  # (n, d_model): one embedding row per token
     return E + sinusoidal_encoding(len(ids), d_model)  # (n, d_model)

@@ -23,7 +23,7 @@ def _block(ax, x0, rows, cols, name, shade):
             ax.add_patch(plt.Rectangle((x0 + j, -i - 1), 1, 1, facecolor=HIGHLIGHT if hot
                                        else _CELL, edgecolor="white", lw=1.5,
                                        gid="highlight" if hot else "cell"))
-    ax.text(x0 + cols / 2, 0.9, f"{name}\n{rows} × {cols}", ha="center", va="bottom", fontsize=11)
+    ax.text(x0 + cols / 2, 0.9, f"{name}\n{rows} × {cols}", ha="center", va="bottom", fontsize=15)
 
 
 def product_shapes(a: int, b: int, c: int, entry=(1, 1), names=("A", "B", "R"), ax=None):
@@ -48,14 +48,14 @@ def product_shapes(a: int, b: int, c: int, entry=(1, 1), names=("A", "B", "R"), 
     _block(ax, xb, b, c, names[1], lambda i, j: j == y - 1)
     _block(ax, xr, a, c, names[2], lambda i, j: (i, j) == (x - 1, y - 1))
     mid = -min(a, b) / 2
-    ax.text(xb - gap / 2, mid, "·", ha="center", va="center", fontsize=22)
-    ax.text(xr - gap / 2, mid, "=", ha="center", va="center", fontsize=18)
+    ax.plot([xb - gap / 2 - 0.15], [mid], "o", color="black", markersize=6)  # product dot
+    ax.text(xr - gap / 2, mid, "=", ha="center", va="center", fontsize=24)
     ax.text(xa + b / 2, -a - 0.2, f"{b} columns", ha="center", va="top", color=HIGHLIGHT,
-            fontsize=10)
-    ax.text(xb - 0.25, -b / 2, f"{b} rows", ha="right", va="center", rotation=90,
-            color=HIGHLIGHT, fontsize=10)
+            fontsize=14)
+    ax.text(xb - 0.2, -b / 2, f"{b} rows", ha="right", va="center", rotation=90,
+            color=HIGHLIGHT, fontsize=14)
     ax.set_xlim(-0.3, xr + c + 0.3)
-    ax.set_ylim(-max(a, b) - 1.1, 2.2)
+    ax.set_ylim(-max(a, b) - 1.4, 2.6)
     ax.set_aspect("equal")
     ax.axis("off")
     return fig
@@ -72,12 +72,13 @@ def _annotate(ax, M, fmt, skip=lambda i, j: False):
                     color="white" if dark else "black")
 
 
-def matrix_panels(matrices, names, ops=(), row_labels=None, fmt=".2f", ax_width=0.6):
-    """Annotated heatmaps side by side, e.g. E + P = X. Book: chapter 2, "The input X".
+def matrix_panels(matrices, names, ops=(), row_labels=None, fmt=".2f", cell=0.62):
+    """Annotated heatmaps stacked top to bottom, e.g. E + P = X. Book: chapter 2, "The input X".
 
-    ``ops`` are the symbols written between consecutive panels ("+", "="), ``row_labels``
-    (one per row) name the rows of every panel; one colour scale, centred on 0, is shared
-    by all panels. Returns the Figure.
+    ``ops`` are the symbols written before the second, third, ... panel ("+", "="),
+    ``row_labels`` (one per row) name the rows of every panel; one colour scale, centred on 0,
+    is shared by all panels. Stacking keeps the figure narrow enough for a phone screen.
+    Returns the Figure.
     """
     matrices = [np.asarray(M, dtype=float) for M in matrices]
     if len(names) != len(matrices) or len(ops) not in (0, len(matrices) - 1):
@@ -87,23 +88,24 @@ def matrix_panels(matrices, names, ops=(), row_labels=None, fmt=".2f", ax_width=
         raise ValueError(f"matrix_panels draws 2-D matrices, got shapes "
                          f"{[M.shape for M in matrices]}")
     vmax = max(float(np.abs(M).max()) for M in matrices) or 1.0
-    widths = [M.shape[1] for M in matrices]
-    rows = max(M.shape[0] for M in matrices)
-    size = (ax_width * sum(widths) + 1.2 * len(matrices), ax_width * rows + 1.0)  # inches
-    fig, axes = plt.subplots(1, len(matrices), figsize=size, gridspec_kw={"width_ratios": widths})
+    heights = [M.shape[0] for M in matrices]
+    cols = max(M.shape[1] for M in matrices)
+    size = (cell * cols + 1.6, cell * sum(heights) + 0.75 * len(matrices))  # inches
+    fig, axes = plt.subplots(len(matrices), 1, figsize=size,
+                             gridspec_kw={"height_ratios": heights})
     axes = np.atleast_1d(axes)
     for k, (ax, M, name) in enumerate(zip(axes, matrices, names)):
         ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
         _annotate(ax, M, fmt)
         ax.set_title(f"{name}  ({M.shape[0]} × {M.shape[1]})", fontsize=11)
+        if k > 0 and ops:
+            ax.text(-0.02, 1.04, ops[k - 1], transform=ax.transAxes, ha="right",
+                    va="bottom", fontsize=18, fontweight="bold")
         ax.set_xticks(range(M.shape[1]), [str(j + 1) for j in range(M.shape[1])])
         labels = range(1, M.shape[0] + 1) if row_labels is None else row_labels
         ax.set_yticks(range(M.shape[0]), [str(t) for t in labels])
         ax.tick_params(length=0, labelsize=9)
-        if k < len(ops):
-            ax.annotate(ops[k], xy=(1.0, 0.5), xycoords="axes fraction", xytext=(8, 0),
-                        textcoords="offset points", ha="left", va="center", fontsize=18)
-    fig.tight_layout(w_pad=2.5)
+    fig.tight_layout(h_pad=0.6)
     return fig
 
 
