@@ -32,10 +32,12 @@ import numpy as np
 from .shapes import Weights
 
 __all__ = ["fused_weights", "project_heads", "attend_block", "attend_tiled",
-           "multi_head_attention_fast", "BLOCK_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
+           "choose_sizes", "multi_head_attention_fast", "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS",
+           "SCORES_LIMIT_BYTES"]
 
-BLOCK_ROWS = 128  # query rows per block
-TILE_KEYS = 256  # keys per tile on the online-softmax path
+BLOCK_ROWS = 128  # query rows per block when whole key rows are used
+TILE_ROWS = 256  # query rows per block on the online-softmax path
+TILE_KEYS = 512  # keys per tile on the online-softmax path
 SCORES_LIMIT_BYTES = 32 * 2**20  # one block's scores (h, b, n) above this -> tiled path
 
 
@@ -133,21 +135,30 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np
     return acc / l  # (h, b, d_v)
 
 
-def multi_head_attention_fast(X: np.ndarray, W: Weights, causal: bool = True, *,
-                              block: int = BLOCK_ROWS, tile: int | None = None) -> np.ndarray:
-    """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: Part II, chapter 4.
+def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None, tile: int | None):
+    """(block, tile) for n tokens: tile None means whole key rows. Book: Part II, ch. 4.
 
-    X must already be checked (``check_input``) and in the dtype to compute in. Queries go
-    ``block`` rows at a time. ``tile=None`` picks the path: whole key rows while one block's
-    scores (h, block, n) fit in SCORES_LIMIT_BYTES, else the online softmax with TILE_KEYS keys
-    per tile; an integer ``tile`` forces the online-softmax path with that tile size.
+    Whole key rows while one block's scores (h, block, n) fit in SCORES_LIMIT_BYTES; past that
+    the online-softmax path, TILE_ROWS queries by TILE_KEYS keys at a time. Sizes given are kept.
     """
     for name, size in (("block", block), ("tile", tile)):
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"{name} must be a positive integer, got {size!r}")
+    if tile is None and W.heads * (block or BLOCK_ROWS) * n * itemsize > SCORES_LIMIT_BYTES:
+        return block or TILE_ROWS, TILE_KEYS
+    return block or BLOCK_ROWS, tile
+
+
+def multi_head_attention_fast(X: np.ndarray, W: Weights, causal: bool = True, *,
+                              block: int | None = None, tile: int | None = None) -> np.ndarray:
+    """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: Part II, chapter 4.
+
+    X must already be checked (``check_input``) and in the dtype to compute in. Queries go
+    ``block`` rows at a time; ``tile=None`` lets ``choose_sizes`` pick whole key rows or the
+    online softmax; an integer ``tile`` forces the online softmax with that many keys per tile.
+    """
     n = X.shape[0]
-    if tile is None and W.heads * block * n * X.itemsize > SCORES_LIMIT_BYTES:
-        tile = TILE_KEYS
+    block, tile = choose_sizes(n, W, X.itemsize, block, tile)
     Q_T, K_T, V_T = project_heads(X, W)  # (h, d_k, n), (h, d_k, n), (h, d_v, n)
     concat = np.empty((n, W.heads, W.d_v), X.dtype)  # (n, h, d_v), Concat(H_1..H_h) by rows
     for r0 in range(0, n, block):

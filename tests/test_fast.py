@@ -78,6 +78,13 @@ def test_long_input_takes_the_tiled_path_by_itself(monkeypatch):
     assert _close(Y, multi_head_attention_reference(X, W), np.float64)
 
 
+def test_choose_sizes_switches_to_tiles_past_the_memory_limit():
+    W = init_weights(Dims(d_model=8, d_k=4, d_v=4, heads=12))
+    assert fast.choose_sizes(1024, W, 4, None, None) == (fast.BLOCK_ROWS, None)  # 6 MiB of scores
+    assert fast.choose_sizes(8192, W, 4, None, None) == (fast.TILE_ROWS, fast.TILE_KEYS)
+    assert fast.choose_sizes(8192, W, 4, 7, 3) == (7, 3)  # sizes given are kept
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_one_token(dtype):
     dims = Dims(tokens=1, d_model=5, d_k=7, d_v=11, heads=2)
