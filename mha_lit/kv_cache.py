@@ -10,11 +10,10 @@ d_v, h heads.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .attention import softmax
+from .fast import fused_weights
 from .shapes import Weights, as_float_array
 
 __all__ = ["KVCache", "step_multiply_adds", "recompute_multiply_adds"]
@@ -74,18 +73,19 @@ class KVCache:
         """Append one input row x (d_model,) and return its output row y (d_model,)."""
         x = self._check_row(x)
         W, n = self.W, self._n
-        q = x @ W.W_Q  # (d_model,) @ (h, d_model, d_k) -> (h, d_k)
-        k = x @ W.W_K  # (h, d_k)
-        v = x @ W.W_V  # (h, d_v)
+        h, d_k = W.heads, W.d_k
+        W_QKV_T, W_O = fused_weights(W)  # every head's W_Q/sqrt(d_k), W_K, W_V in one matrix
+        qkv = W_QKV_T @ x  # (h*(2 d_k + d_v), d_model) @ (d_model,): one matrix-vector product
+        q = qkv[: h * d_k].reshape(h, 1, d_k)  # (h, 1, d_k), already divided by sqrt(d_k)
         if n == self._K.shape[1]:
             self._grow()
-        self._K[:, n] = k  # row n+1 of every head's K
-        self._V[:, n] = v  # row n+1 of every head's V
+        self._K[:, n] = qkv[h * d_k: 2 * h * d_k].reshape(h, d_k)  # row n+1 of every head's K
+        self._V[:, n] = qkv[2 * h * d_k:].reshape(h, W.d_v)  # row n+1 of every head's V
         K, V = self._K[:, : n + 1], self._V[:, : n + 1]  # (h, n+1, d_k), (h, n+1, d_v)
-        scores = np.einsum("hk,hnk->hn", q, K) / math.sqrt(W.d_k)  # (h, n+1)
-        s = softmax(scores, axis=-1)  # (h, n+1): last row of each head's S, no mask needed
-        heads = np.einsum("hn,hnv->hv", s, V)  # (h, d_v): last row of each H_i
-        y = heads.reshape(-1) @ W.W_O  # (h*d_v,) @ (h*d_v, d_model) -> (d_model,)
+        scores = q @ K.transpose(0, 2, 1)  # (h, 1, d_k) @ (h, d_k, n+1) -> (h, 1, n+1)
+        s = softmax(scores, axis=-1)  # (h, 1, n+1): last row of each head's S, no mask needed
+        heads = s @ V  # (h, 1, n+1) @ (h, n+1, d_v) -> (h, 1, d_v): last row of each H_i
+        y = heads.reshape(-1) @ W_O  # (h*d_v,) @ (h*d_v, d_model) -> (d_model,)
         self._n = n + 1  # commit only once everything succeeded
         return y
 
