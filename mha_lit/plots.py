@@ -425,6 +425,7 @@ def matmul_count_bars(separate, fused, multiply_adds=None, title=None) -> plt.Fi
         bars = ax.barh(y + offset, vals, height=0.4, label=label, color=color)
         ax.bar_label(bars, labels=[f"{v:,}" for v in vals], fontsize=8, padding=2)
     ax.set_xscale("log")
+    ax.set_xlim(left=0.5)  # a bar of 1 product stays visible on the log axis
     ax.set_xlabel("matrix products (log scale)")
     ax.legend(loc="lower right", fontsize=8)
     if multiply_adds is not None:
@@ -445,7 +446,7 @@ def matmul_count_bars(separate, fused, multiply_adds=None, title=None) -> plt.Fi
 
 
 def flops_vs_length(seq_lens, models, crossovers, contexts=None) -> plt.Figure:
-    """FLOPs of one forward pass against sequence length, log-log, one panel per model.
+    """FLOPs of one forward pass against sequence length, log-log, one panel per model (stacked).
 
     Book: Part II, chapter 3. ``models`` maps a model name to curves (name -> FLOPs at each
     of ``seq_lens``); ``crossovers`` maps it to the length where the n^2 curve meets the
@@ -454,8 +455,8 @@ def flops_vs_length(seq_lens, models, crossovers, contexts=None) -> plt.Figure:
     n = np.asarray(seq_lens, dtype=float)
     if n.ndim != 1 or n.size < 2 or np.any(n <= 0):
         raise ValueError(f"seq_lens must be at least two positive lengths, got {seq_lens!r}")
-    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.2), squeeze=False)
-    for ax, (name, curves) in zip(axes[0], models.items()):
+    fig, axes = plt.subplots(len(models), 1, figsize=(6.5, 4.2 * len(models)), squeeze=False)
+    for ax, (name, curves) in zip(axes[:, 0], models.items()):
         for label, values in curves.items():
             values = np.asarray(values, dtype=float)
             if values.shape != n.shape:
@@ -471,7 +472,7 @@ def flops_vs_length(seq_lens, models, crossovers, contexts=None) -> plt.Figure:
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel("FLOPs per forward pass")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
 
