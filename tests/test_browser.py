@@ -15,6 +15,7 @@ desktop width (1280 px) and a phone width (390 px). On each page and width:
 - every image decoded;
 - no uncaught page error, no console error, no failed or blocked request;
 - the sidebar links to every page of `_toc.yml` (and is visible on the desktop);
+- a notebook page links to its `.ipynb` download and to Binder and Colab;
 - the page does not scroll sideways (a phone reader would have to pan the whole page);
 - a full-page screenshot is saved to `_build/screenshots/{desktop,phone}/<page>.png`.
 
@@ -138,6 +139,7 @@ async () => {
     brokenImages: images.filter((src) => src !== null),
     sidebarLinks: nav ? [...nav.querySelectorAll("a.reference.internal")]
                        .map((a) => a.href.split("#")[0]) : [],
+    headerLinks: [...document.querySelectorAll(".article-header-buttons a")].map((a) => a.href),
     scrollWidth: document.documentElement.scrollWidth,
     innerWidth: window.innerWidth,
   };
@@ -187,12 +189,26 @@ def _check_page(browser, html: Path, page_name: str, viewport: str) -> list[str]
     missing = [p for p in PAGES if (html / f"{p}.html").as_uri() not in linked]
     if missing:
         problems.append(f"sidebar does not list: {missing}")
+    if (ROOT / f"{page_name}.ipynb").is_file():
+        problems += _notebook_buttons_missing(html, page_name, found["headerLinks"])
     if viewport == "desktop" and not sidebar_visible:
         problems.append("sidebar is not visible at desktop width")
     if found["scrollWidth"] > found["innerWidth"]:
         problems.append(f"page scrolls sideways: {found['scrollWidth']} px wide in a "
                         f"{found['innerWidth']} px window")
     return [f"[{viewport}] {p}" for p in problems]
+
+
+def _notebook_buttons_missing(html: Path, page_name: str, links: list[str]) -> list[str]:
+    """A notebook page offers its .ipynb for download and launch links to Binder and Colab."""
+    problems = []
+    download = (html / "_sources" / f"{page_name}.ipynb").as_uri()
+    if download not in links or not (html / "_sources" / f"{page_name}.ipynb").is_file():
+        problems.append(f"no working .ipynb download link ({download})")
+    for service in ("https://mybinder.org/", "https://colab.research.google.com/"):
+        if not any(link.startswith(service) and f"{page_name}.ipynb" in link for link in links):
+            problems.append(f"no launch link to {service} for {page_name}.ipynb")
+    return problems
 
 
 @pytest.mark.parametrize("page_name", PAGES)
