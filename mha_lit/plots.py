@@ -41,14 +41,14 @@ def product_shapes(a: int, b: int, c: int, entry=(1, 1), names=("A", "B", "R"), 
     gap = 2.0
     xa, xb = 0.0, b + gap
     xr = xb + c + gap
-    size = (0.42 * (xr + c) + 0.6, 0.42 * max(a, b) + 1.4)  # inches, 0.42 per cell
+    size = (0.32 * (xr + c) + 0.5, 0.32 * max(a, b) + 1.3)  # inches, 0.32 per cell
     fig = ax.figure if ax is not None else plt.figure(figsize=size)
     ax = ax if ax is not None else fig.add_subplot()
     _block(ax, xa, a, b, names[0], lambda i, j: i == x - 1)
     _block(ax, xb, b, c, names[1], lambda i, j: j == y - 1)
     _block(ax, xr, a, c, names[2], lambda i, j: (i, j) == (x - 1, y - 1))
     mid = -min(a, b) / 2
-    ax.plot([xb - gap / 2 - 0.15], [mid], "o", color="black", markersize=6)  # product dot
+    ax.plot([xb - gap + 0.6], [mid], "o", color="black", markersize=6)  # the product dot
     ax.text(xr - gap / 2, mid, "=", ha="center", va="center", fontsize=24)
     ax.text(xa + b / 2, -a - 0.2, f"{b} columns", ha="center", va="top", color=HIGHLIGHT,
             fontsize=14)
