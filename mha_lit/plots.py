@@ -335,7 +335,9 @@ def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
 
 
 def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5, d_ff: int = 13):
-    """The GPT decoder stack as boxes and arrows, data flowing down. Book: chapter 8, "The block".
+    """The GPT decoder stack as boxes and arrows, data flowing down.
+
+    Book: chapter 8, "The decoder block at a glance"; figures 8.1 and 8.2.
 
     ``pre_ln=False`` draws GPT's block (layer norm after each residual addition), ``True``
     GPT-2's (layer norm before each sub-layer, one more after the last block). Arrows carry
