@@ -201,7 +201,7 @@ def matmul_breakdown(cfg: TransformerConfig, fused: bool = False) -> dict[str, i
 
 
 def matmul_count(cfg: TransformerConfig, fused: bool = False) -> int:
-    """Matrix products in one forward pass: L (5h + 3) + 2, or L * 6 + 2 fused. Book: Part II, ch. 2."""
+    """Matrix products in one forward pass: L (5h + 3) + 2, or 6 L + 2 fused. Book: Part II."""
     return sum(matmul_breakdown(cfg, fused).values())
 
 
@@ -250,7 +250,7 @@ def attention_crossover(cfg: TransformerConfig, include_ffn: bool = False) -> fl
 
 @dataclass(frozen=True)
 class MatmulRecord:
-    """One observed matrix product: operand shapes, result shape, multiply-adds, right operand's address."""
+    """One observed matrix product: shapes, multiply-adds, where its right operand lives."""
 
     a_shape: tuple
     b_shape: tuple

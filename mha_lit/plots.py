@@ -392,7 +392,8 @@ def one_hot_product(O, E, X) -> plt.Figure:
         raise ValueError(f"O {O.shape} times E {E.shape} cannot give X {X.shape}")
     fig, axes = plt.subplots(1, 3, figsize=(6.4, 3.2), width_ratios=[O.shape[1], E.shape[1] + 2,
                                                                       X.shape[1] + 2])
-    names = [("one-hot $O$", O, "Greys"), ("embedding $E$", E, "RdBu_r"), ("$X = O E$", X, "RdBu_r")]
+    names = [("one-hot $O$", O, "Greys"), ("embedding $E$", E, "RdBu_r"),
+             ("$X = O E$", X, "RdBu_r")]
     lim = float(np.abs(E).max()) or 1.0
     for ax, (name, M, cmap) in zip(axes, names):
         vmin, vmax = (0, 1) if cmap == "Greys" else (-lim, lim)
