@@ -20,18 +20,23 @@ desktop width (1280 px) and a phone width (390 px). On each page and width:
 - a full-page screenshot is saved to `_build/screenshots/{desktop,phone}/<page>.png`.
 
 Without Chromium (or Playwright) the tests skip and say why; with CI=true they fail instead.
+
+One more test here needs no browser: the sizes the notation page states are the sizes of
+mha_lit's running example.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -225,3 +230,38 @@ def test_every_page_of_the_toc_is_checked():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     assert PAGES[0] == toc["root"]
     assert len(PAGES) == len(set(PAGES)) >= 2
+
+
+def _notation_rows() -> dict[str, tuple[int, ...]]:
+    """First cell -> the numbers of the second cell, for every table row of book/notation.md."""
+    rows = {}
+    for line in (ROOT / "book" / "notation.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| $") and len(cells) >= 2:
+            rows[cells[0]] = tuple(int(number) for number in re.findall(r"\d+", cells[1]))
+    return rows
+
+
+def test_notation_page_states_the_sizes_the_code_uses():
+    """The sizes on the notation page are those of mha_lit's running example, row by row."""
+    from mha_lit import Dims, init_block_weights, init_weights
+
+    dims = Dims()
+    W = init_weights(dims, seed=0)
+    B = init_block_weights(dims, seed=0)
+    X = np.zeros((dims.tokens, dims.d_model))  # (n, d_model)
+    Q = X @ W.W_Q[0]  # (n, d_k)
+    V = X @ W.W_V[0]  # (n, d_v)
+    expected = {
+        r"$n$": (dims.tokens,), r"$d_\text{model}$": (dims.d_model,), r"$d_k$": (dims.d_k,),
+        r"$d_v$": (dims.d_v,), r"$h$": (dims.heads,), r"$h\,d_v$": (dims.concat,),
+        r"$d_\text{ff}$": (B.W_1.shape[1],),
+        r"$X$": X.shape, r"$W_{Qi}$, $W_{Ki}$": W.W_K.shape[1:], r"$W_{Vi}$": W.W_V.shape[1:],
+        r"$Q_i$, $K_i$": Q.shape, r"$V_i$": V.shape, r"$Q_i K_i^\top$": (Q @ Q.T).shape,
+        r"$H_i$": V.shape, r"$\operatorname{Concat}(H_1, H_2)$": (dims.tokens, dims.concat),
+        r"$W_O$": W.W_O.shape, r"$Y$": X.shape,
+        r"$\gamma_1$, $\beta_1$": B.gamma_1.shape, r"$\gamma_2$, $\beta_2$": B.beta_2.shape,
+        r"$W_1$": B.W_1.shape, r"$b_1$": B.b_1.shape, r"$W_2$": B.W_2.shape, r"$b_2$": B.b_2.shape,
+    }
+    stated = _notation_rows()
+    assert {symbol: stated.get(symbol) for symbol in expected} == expected
