@@ -186,7 +186,7 @@ def concat_output(H, W_O) -> plt.Figure:
     h, n, d_v = H.shape
     concat = np.concatenate(list(H), axis=1)  # (n, h*d_v)
     Y = concat @ W_O  # (n, d_model)
-    fig = plt.figure(figsize=(9, 8.2), constrained_layout=True)
+    fig = plt.figure(figsize=(7, 6.4), constrained_layout=True)
     grid = fig.add_gridspec(2, 2, width_ratios=[h * d_v, W_O.shape[1]],
                             height_ratios=[h * d_v, n])
     heads = ", ".join(f"H_{i + 1}" for i in range(h))
