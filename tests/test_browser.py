@@ -113,10 +113,13 @@ def site(browser) -> Path:
 # Runs in the page once the load event has fired; returns what the checks need.
 INSPECT_PAGE = """
 async () => {
+  const late = (promise, what) => Promise.race([promise, new Promise((_, reject) =>
+    setTimeout(() => reject(new Error(`${what} did not finish within 30 s`)), 30000))]);
   const mathElements = [...document.querySelectorAll("span.math, div.math")];
   let mathjax = null;
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-    await MathJax.startup.promise;
+    try { await late(MathJax.startup.promise, "MathJax"); }
+    catch (e) { return {timeout: String(e)}; }
     const items = Array.from(MathJax.startup.document.math);
     const mml = items.map((item) => MathJax.startup.toMML(item.root));
     mathjax = {
@@ -131,10 +134,10 @@ async () => {
                                 .map((el) => el.textContent.trim().slice(0, 80));
   const images = await Promise.all([...document.images].map(async (img) => {
     img.loading = "eager";
-    try { await img.decode(); } catch (e) { return img.getAttribute("src"); }
+    try { await late(img.decode(), "decoding"); } catch (e) { return img.getAttribute("src"); }
     return img.naturalWidth > 0 ? null : img.getAttribute("src");
   }));
-  await document.fonts.ready;
+  try { await late(document.fonts.ready, "Loading fonts"); } catch (e) { return {timeout: String(e)}; }
   const nav = document.querySelector("#bd-docs-nav, nav.bd-docs-nav");
   return {
     mathCount: mathElements.length,
@@ -177,6 +180,8 @@ def _check_page(browser, html: Path, page_name: str, viewport: str) -> list[str]
         sidebar_visible = page.locator(".bd-sidebar-primary").is_visible()
     finally:
         context.close()
+    if "timeout" in found:
+        return [f"[{viewport}] {found['timeout']}"] + [f"[{viewport}] {p}" for p in problems]
 
     if found["mathCount"] and found["mathjax"] is None:
         problems.append(f"{found['mathCount']} formulas but MathJax did not load")
