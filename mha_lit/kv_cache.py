@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import softmax
 from .fast import fused_weights
 from .shapes import Weights, as_float_array
 
@@ -83,8 +82,9 @@ class KVCache:
         self._V[:, n] = qkv[2 * h * d_k:].reshape(h, W.d_v)  # row n+1 of every head's V
         K, V = self._K[:, : n + 1], self._V[:, : n + 1]  # (h, n+1, d_k), (h, n+1, d_v)
         scores = q @ K.transpose(0, 2, 1)  # (h, 1, d_k) @ (h, d_k, n+1) -> (h, 1, n+1)
-        s = softmax(scores, axis=-1)  # (h, 1, n+1): last row of each head's S, no mask needed
-        heads = s @ V  # (h, 1, n+1) @ (h, n+1, d_v) -> (h, 1, d_v): last row of each H_i
+        # softmax of the last row of each head's scores; it sees every key, so no mask
+        e = np.exp(scores - scores.max(axis=-1, keepdims=True))  # (h, 1, n+1)
+        heads = (e @ V) / e.sum(axis=-1, keepdims=True)  # (h, 1, d_v): last row of each H_i
         y = heads.reshape(-1) @ W_O  # (h*d_v,) @ (h*d_v, d_model) -> (d_model,)
         self._n = n + 1  # commit only once everything succeeded
         return y
