@@ -34,7 +34,13 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from mha_lit import Dims, KVCache, init_weights, multi_head_attention, multi_head_attention_reference
+from mha_lit import (
+    Dims,
+    KVCache,
+    init_weights,
+    multi_head_attention,
+    multi_head_attention_reference,
+)
 from mha_lit.fast import fused_weights
 
 try:

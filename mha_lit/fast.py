@@ -103,16 +103,16 @@ def attend_block(Q_T, K_T, V_T, r0: int, r1: int, causal: bool) -> np.ndarray:
     S = Q @ K_T[:, :, :m]  # (h, b, d_k) @ (h, d_k, m) -> (h, b, m), already scaled
     if causal:
         _mask_later_keys(S[:, :, r0:], r0, r0)  # only the diagonal square (h, b, b)
-    l = _exp_shifted_inplace(S, S.max(axis=-1, keepdims=True))  # S <- exp(S - max); l (h, b, 1)
+    ell = _exp_shifted_inplace(S, S.max(axis=-1, keepdims=True))  # S <- exp(S - max); (h, b, 1)
     H = S @ V_T[:, :, :m].transpose(0, 2, 1)  # (h, b, m) @ (h, m, d_v) -> (h, b, d_v)
-    H /= l  # divide the (b, d_v) result, not the (b, m) scores
+    H /= ell  # divide the (b, d_v) result, not the (b, m) scores
     return H
 
 
 def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np.ndarray:
     """The same H rows as ``attend_block``, keys ``tile`` at a time with an online softmax.
 
-    Book: Part II, ch. 4, "Online softmax". A running maximum mx, running sum l and running
+    Book: Part II, ch. 4, "Online softmax". A running maximum mx, running sum ell and running
     unnormalised output acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
     no row of scores longer than ``tile`` ever exists. Returns H (h, b, d_v).
     """
@@ -120,19 +120,19 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np
     Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k)
     h, b, d_v = Q.shape[0], Q.shape[1], V_T.shape[1]
     mx = np.full((h, b, 1), -np.inf, Q.dtype)  # running row maxima
-    l = np.zeros((h, b, 1), Q.dtype)  # running sums of exp(S - mx)
+    ell = np.zeros((h, b, 1), Q.dtype)  # running sums of exp(S - mx)
     acc = np.zeros((h, b, d_v), Q.dtype)  # running sum of exp(S - mx) V
     for c0 in range(0, m, tile):
         c1 = min(c0 + tile, m)
         S = Q @ K_T[:, :, c0:c1]  # (h, b, w)
         if causal and c1 - 1 > r0:
             _mask_later_keys(S, r0, c0)
-        mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (h, b, 1), finite: key 0 is seen first
+        mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (h, b, 1), finite after tile 1
         alpha = np.exp(mx - mx_new)  # (h, b, 1), rescales what was summed so far
-        l = l * alpha + _exp_shifted_inplace(S, mx_new)  # (h, b, 1)
+        ell = ell * alpha + _exp_shifted_inplace(S, mx_new)  # (h, b, 1)
         acc = acc * alpha + S @ V_T[:, :, c0:c1].transpose(0, 2, 1)  # (h, b, d_v)
         mx = mx_new
-    return acc / l  # (h, b, d_v)
+    return acc / ell  # (h, b, d_v)
 
 
 def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None, tile: int | None):
