@@ -1,8 +1,8 @@
 """Counting the matrix products of a transformer: by formula, and by watching them happen.
 
-Book: Part II, chapter 1 "The transformer at a glance" (one_hot), chapter 2 "Counting the
+Book: chapter 9 "The transformer at a glance" (one_hot), chapter 10 "Counting the
 multiplications" (matmuls_per_attention_layer, TransformerConfig, PRESETS, param_count,
-matmul_count, record_matmuls) and chapter 3 "From counts to time" (forward_flops,
+matmul_count, record_matmuls) and chapter 11 "From counts to time" (forward_flops,
 attention_crossover).
 
 Letters in shape comments and formulas:
@@ -15,7 +15,7 @@ Letters in shape comments and formulas:
     d_ff     hidden width of the feed-forward network  4 * d_model in GPT models
     V        vocabulary size                           vocab_size
 
-Counting rules of ``matmul_count`` (the book's chapter 2 states them in words):
+Counting rules of ``matmul_count`` (chapter 10 states them in words):
 
 1. One matmul is one product of two matrices, whatever its size.
 2. A forward pass processes a whole sequence at once (no KV cache).
@@ -70,7 +70,7 @@ def _positive_int(name: str, value) -> int:
 
 
 def one_hot(token_ids, vocab_size: int) -> np.ndarray:
-    """The one-hot matrix of ``token_ids``. Book: Part II, chapter 1, "The embedding as a product".
+    """The one-hot matrix of ``token_ids``. Book: chapter 9, "The embedding as a product".
 
     Row i has a single 1, in column token_ids[i]; the result is (n, V), so
     one_hot(ids, V) @ E picks the rows E[ids] of an embedding matrix E (V, d_model).
@@ -88,7 +88,7 @@ def one_hot(token_ids, vocab_size: int) -> np.ndarray:
 
 
 def matmuls_per_attention_layer(heads: int) -> int:
-    """5 h + 1: the matrix products of one multi-head attention layer. Book: Part II, chapter 2.
+    """5 h + 1: the matrix products of one multi-head attention layer. Book: chapter 10.
 
     Each head projects X three times (Q, K, V) and multiplies twice (Q K^T, S V); the
     concatenated heads are multiplied by W_O once.
@@ -98,7 +98,7 @@ def matmuls_per_attention_layer(heads: int) -> int:
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """The sizes of a GPT-style decoder-only transformer. Book: Part II, chapter 2.
+    """The sizes of a GPT-style decoder-only transformer. Book: chapter 10.
 
     Every head has width d_model / n_heads for queries, keys and values (as in GPT-2 and
     GPT-3), so d_model must be divisible by n_heads.
@@ -163,7 +163,7 @@ def _check_config(cfg) -> TransformerConfig:
 
 
 def param_breakdown(cfg: TransformerConfig) -> dict[str, int]:
-    """Trainable parameters of a GPT-2/GPT-3 model by component. Book: Part II, chapter 2.
+    """Trainable parameters of a GPT-2/GPT-3 model by component. Book: chapter 10.
 
     Token embedding V x d_model (shared with the output layer, as in GPT-2 and GPT-3),
     learned positions n_ctx x d_model; per layer W_Q, W_K, W_V, W_O with biases, W_1, b_1,
@@ -181,14 +181,14 @@ def param_breakdown(cfg: TransformerConfig) -> dict[str, int]:
 
 
 def param_count(cfg: TransformerConfig) -> int:
-    """Total trainable parameters (output layer tied to the embedding). Book: Part II, chapter 2."""
+    """Total trainable parameters (output layer tied to the embedding). Book: chapter 10."""
     return sum(param_breakdown(cfg).values())
 
 
 def matmul_breakdown(cfg: TransformerConfig, fused: bool = False) -> dict[str, int]:
     """Matrix products of one forward pass by component, by the module's rules 1-5.
 
-    Book: Part II, chapter 2. ``fused=False`` counts one product per head as the book
+    Book: chapter 10. ``fused=False`` counts one product per head as the book
     computes them; ``fused=True`` counts X W_QKV once per layer and Q K^T, S V as one
     batched product each.
     """
@@ -201,14 +201,14 @@ def matmul_breakdown(cfg: TransformerConfig, fused: bool = False) -> dict[str, i
 
 
 def matmul_count(cfg: TransformerConfig, fused: bool = False) -> int:
-    """Matrix products in one forward pass: L (5h + 3) + 2, or 6 L + 2 fused. Book: Part II."""
+    """Matrix products in one forward pass: L (5h + 3) + 2, or 6 L + 2 fused. Book: chapter 10."""
     return sum(matmul_breakdown(cfg, fused).values())
 
 
 def flops_breakdown(cfg: TransformerConfig, seq_len: int) -> dict[str, int]:
     """Floating-point operations (2 per multiply-add) of one forward pass, by component.
 
-    Book: Part II, chapter 3. All n x n scores are computed (no causal skipping), the
+    Book: chapter 11. All n x n scores are computed (no causal skipping), the
     embedding is a lookup (0 FLOPs), element-wise work is not counted.
     """
     c = _check_config(cfg)
@@ -225,14 +225,14 @@ def flops_breakdown(cfg: TransformerConfig, seq_len: int) -> dict[str, int]:
 
 
 def forward_flops(cfg: TransformerConfig, seq_len: int) -> int:
-    """FLOPs of one forward pass over ``seq_len`` tokens. Book: Part II, chapter 3."""
+    """FLOPs of one forward pass over ``seq_len`` tokens. Book: chapter 11."""
     return sum(flops_breakdown(cfg, seq_len).values())
 
 
 def attention_crossover(cfg: TransformerConfig, include_ffn: bool = False) -> float:
     """Sequence length at which attention's n^2 products cost as much as the projections.
 
-    Book: Part II, chapter 3. Q K^T and S V grow as n^2; the projections (and, with
+    Book: chapter 11. Q K^T and S V grow as n^2; the projections (and, with
     ``include_ffn``, the feed-forward network) grow as n; they are equal at n = linear / quadratic
     coefficient. For GPT shapes this is 2 d_model (6 d_model with the FFN).
     """
@@ -263,7 +263,7 @@ class MatmulRecord:
 
 @dataclass
 class MatmulLog:
-    """Every matrix product computed from a tracked array. Book: Part II, chapter 2.
+    """Every matrix product computed from a tracked array. Book: chapter 10.
 
     ``track(X)`` returns X as an array that records each ``@`` / ``np.matmul`` it takes part
     in, and passes the tracking on to every array computed from it. The values are computed
@@ -358,7 +358,7 @@ _UNWATCHED_PRODUCTS = (np.dot, np.einsum, np.tensordot, np.inner, np.vdot, np.li
 def record_matmuls():
     """``with record_matmuls() as log: f(log.track(X), ...)`` records f's matrix products.
 
-    Book: Part II, chapter 2. Recording stops when the block ends.
+    Book: chapter 10. Recording stops when the block ends.
     """
     log = MatmulLog()
     try:
@@ -368,7 +368,7 @@ def record_matmuls():
 
 
 def label_attention_products(log: MatmulLog, W: Weights) -> list[tuple[int, str]]:
-    """(head, name) of every product ``multi_head_attention_reference`` made. Book: Part II, ch. 2.
+    """(head, name) of every product ``multi_head_attention_reference`` made. Book: chapter 10.
 
     A projection is recognised by its right operand being W_Q[i], W_K[i], W_V[i] (same memory),
     the output projection by W_O (head 0 means "all heads"); Q K^T by a transposed right

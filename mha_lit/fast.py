@@ -1,6 +1,6 @@
 """Multi-head attention computed fast, with the same result as the book's reference.
 
-Book: Part II, chapter 4 "Computing it efficiently".
+Book: chapter 12 "Computing it efficiently".
 
 The reference ``multi_head_attention_reference`` follows the equations head by head. This module
 computes the same Y with four ideas, each a way to do less work or to move fewer bytes:
@@ -42,7 +42,7 @@ SCORES_LIMIT_BYTES = 32 * 2**20  # one block's scores (h, b, n) above this -> ti
 
 
 def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
-    """W_QKV^T (h*(2 d_k + d_v), d_model) with 1/sqrt(d_k) folded in, and W_O. Book: Part II, ch. 4.
+    """W_QKV^T (h*(2 d_k + d_v), d_model) with 1/sqrt(d_k) folded in, and W_O. Book: chapter 12.
 
     Rows 0 .. h*d_k-1 are W_Q1^T/sqrt(d_k), ..., W_Qh^T/sqrt(d_k); then the h blocks of W_K^T,
     then the h blocks of W_V^T. Computed once per Weights and kept on it (Weights is frozen,
@@ -63,7 +63,7 @@ def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
 
 
 def project_heads(X: np.ndarray, W: Weights):
-    """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product. Book: Part II, ch. 4.
+    """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product. Book: chapter 12.
 
     Returns Q_T (h, d_k, n), K_T (h, d_k, n), V_T (h, d_v, n): views into one contiguous array,
     each head's block contiguous, so no copy is needed to split the heads.
@@ -93,7 +93,7 @@ def _exp_shifted_inplace(S: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def attend_block(Q_T, K_T, V_T, r0: int, r1: int, causal: bool) -> np.ndarray:
-    """Rows r0 .. r1-1 of every head's H = softmax(mask(Q K^T)) V. Book: Part II, ch. 4.
+    """Rows r0 .. r1-1 of every head's H = softmax(mask(Q K^T)) V. Book: chapter 12.
 
     With ``causal`` the block looks only at keys 0 .. r1-1: the key blocks to the right of the
     diagonal are skipped, and only the diagonal square is masked. Returns H (h, b, d_v).
@@ -112,7 +112,7 @@ def attend_block(Q_T, K_T, V_T, r0: int, r1: int, causal: bool) -> np.ndarray:
 def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np.ndarray:
     """The same H rows as ``attend_block``, keys ``tile`` at a time with an online softmax.
 
-    Book: Part II, ch. 4, "Online softmax". A running maximum mx, running sum ell and running
+    Book: chapter 12, "Online softmax". A running maximum mx, running sum ell and running
     unnormalised output acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
     no row of scores longer than ``tile`` ever exists. Returns H (h, b, d_v).
     """
@@ -136,7 +136,7 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np
 
 
 def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None, tile: int | None):
-    """(block, tile) for n tokens: tile None means whole key rows. Book: Part II, ch. 4.
+    """(block, tile) for n tokens: tile None means whole key rows. Book: chapter 12.
 
     Whole key rows while one block's scores (h, block, n) fit in SCORES_LIMIT_BYTES; past that
     the online-softmax path, TILE_ROWS queries by TILE_KEYS keys at a time. Sizes given are kept.
@@ -151,7 +151,7 @@ def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None, tile: int
 
 def multi_head_attention_fast(X: np.ndarray, W: Weights, causal: bool = True, *,
                               block: int | None = None, tile: int | None = None) -> np.ndarray:
-    """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: Part II, chapter 4.
+    """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: chapter 12.
 
     X must already be checked (``check_input``) and in the dtype to compute in. Queries go
     ``block`` rows at a time; ``tile=None`` lets ``choose_sizes`` pick whole key rows or the

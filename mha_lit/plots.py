@@ -382,7 +382,7 @@ def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5, d_ff: 
 def one_hot_product(O, E, X) -> plt.Figure:
     """The embedding as a product: one-hot O (n, V) times E (V, d_model) gives X (n, d_model).
 
-    Book: Part II, chapter 1, "The embedding as a product". The three matrices are drawn side
+    Book: chapter 9, "The embedding as a product". The three matrices are drawn side
     by side as heatmaps, each titled with its shape.
     """
     O, E, X = (np.asarray(a, dtype=float) for a in (O, E, X))
@@ -407,7 +407,7 @@ def one_hot_product(O, E, X) -> plt.Figure:
 
 
 def matmul_count_bars(separate, fused, multiply_adds=None, title=None) -> plt.Figure:
-    """Matrix products per component, head by head and fused, on a log scale. Book: Part II, ch. 2.
+    """Matrix products per component, head by head and fused, on a log scale. Book: chapter 10.
 
     ``separate`` and ``fused`` map the same component names to counts of products; the
     optional ``multiply_adds`` (same names) adds a second panel with the arithmetic, which
@@ -451,7 +451,7 @@ def matmul_count_bars(separate, fused, multiply_adds=None, title=None) -> plt.Fi
 def flops_vs_length(seq_lens, models, crossovers, contexts=None) -> plt.Figure:
     """FLOPs of one forward pass against sequence length, log-log, one panel per model (stacked).
 
-    Book: Part II, chapter 3. ``models`` maps a model name to curves (name -> FLOPs at each
+    Book: chapter 11. ``models`` maps a model name to curves (name -> FLOPs at each
     of ``seq_lens``); ``crossovers`` maps it to the length where the n^2 curve meets the
     projections (dashed line); ``contexts`` to the model's context length (dotted line).
     """
