@@ -1,8 +1,9 @@
-"""mha_lit: multi-head attention, computed, as the book "Multi-Head Attention, Computed" teaches it.
+"""mha_lit: multi-head attention, computed, as the book teaches it.
 
-Read the modules in the book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
-``attention`` (softmax, causal mask, one head, many heads), ``kv_cache``, ``block`` (the GPT
-block), ``symbolic`` (SymPy).
+The book: "Multi-Head Attention, Computed". Read the modules in the
+book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
+``attention`` (softmax, causal mask, one head, many heads), ``kv_cache``,
+``block`` (the GPT block), ``symbolic`` (SymPy).
 """
 
 from . import counting, plots, symbolic

@@ -1,7 +1,8 @@
 """From tokens to the input X: token embeddings plus a positional encoding.
 
-Book: Part I, chapter 2 "From input to output". Letters in shape comments: n tokens,
-d_model the width of a token vector, vocab the number of rows of the embedding table.
+Book: Part I, chapter 2 "From input to output". Letters in shape
+comments: n tokens, d_model the width of a token vector, vocab the number
+of rows of the embedding table.
 """
 
 from __future__ import annotations

@@ -1,26 +1,32 @@
-"""Multi-head attention computed fast, with the same result as the book's reference.
+"""Multi-head attention computed fast; same result as the book's reference.
 
 Book: chapter 12 "Computing it efficiently".
 
-The reference ``multi_head_attention_reference`` follows the equations head by head. This module
-computes the same Y with four ideas, each a way to do less work or to move fewer bytes:
+The reference ``multi_head_attention_reference`` follows the equations head
+by head. This module computes the same Y with four ideas, each a way to do
+less work or to move fewer bytes:
 
-1. Fused heads. The 3h projection matrices W_Qi, W_Ki, W_Vi are laid side by side once, so one
-   matrix product projects X for every head at once. It is computed transposed,
-   W_QKV^T X^T, so that each head's Q^T, K^T, V^T is a contiguous block of rows; the scale
-   1/sqrt(d_k) is folded into the W_Q rows, so the scores need no extra pass.
-2. Causal block skipping. Queries are taken a block of rows at a time; a causal query block
-   ending at row r1 multiplies only against keys 0 .. r1-1. The blocks above the diagonal, which
-   the mask would set to -inf anyway, are never computed: about half the score work.
-3. Softmax in place. Each block of scores is turned into exp(S - max) in its own buffer, and the
-   division by the row sum is applied to H (n x d_v) instead of to S (n x n).
-4. Online softmax for long sequences. When one block of scores would exceed a memory limit, the
-   keys are taken a tile at a time with a running maximum and a running sum (Milakov and
-   Gimelshein 2018; Rabe and Staats 2021; Dao et al. 2022), so memory stays O(n * d) instead of
+1. Fused heads. The 3h projection matrices W_Qi, W_Ki, W_Vi are laid side
+   by side once, so one matrix product projects X for every head at once.
+   It is computed transposed, W_QKV^T X^T, so that each head's Q^T, K^T,
+   V^T is a contiguous block of rows; the scale 1/sqrt(d_k) is folded into
+   the W_Q rows, so the scores need no extra pass.
+2. Causal block skipping. Queries are taken a block of rows at a time; a
+   causal query block ending at row r1 multiplies only against keys
+   0 .. r1-1. The blocks above the diagonal, which the mask would set to
+   -inf anyway, are never computed: about half the score work.
+3. Softmax in place. Each block of scores is turned into exp(S - max) in
+   its own buffer, and the division by the row sum is applied to H
+   (n x d_v) instead of to S (n x n).
+4. Online softmax for long sequences. When one block of scores would
+   exceed a memory limit, the keys are taken a tile at a time with a
+   running maximum and a running sum (Milakov and Gimelshein 2018; Rabe
+   and Staats 2021; Dao et al. 2022), so memory stays O(n * d) instead of
    O(h * n^2).
 
-Letters in shape comments (see ``mha_lit.shapes``): n tokens, d_model, d_k, d_v, h heads,
-b query rows in a block, w keys in a tile, m keys a query block looks at.
+Letters in shape comments (see ``mha_lit.shapes``): n tokens, d_model,
+d_k, d_v, h heads, b query rows in a block, w keys in a tile, m keys a
+query block looks at.
 """
 
 from __future__ import annotations
@@ -32,29 +38,34 @@ import numpy as np
 from .shapes import Weights
 
 __all__ = ["fused_weights", "project_heads", "attend_block", "attend_tiled",
-           "choose_sizes", "multi_head_attention_fast", "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS",
-           "SCORES_LIMIT_BYTES"]
+           "choose_sizes", "multi_head_attention_fast", "BLOCK_ROWS",
+           "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
 
 BLOCK_ROWS = 128  # query rows per block when whole key rows are used
 TILE_ROWS = 256  # query rows per block on the online-softmax path
 TILE_KEYS = 512  # keys per tile on the online-softmax path
-SCORES_LIMIT_BYTES = 32 * 2**20  # one block's scores (h, b, n) above this -> tiled path
+# one block's scores (h, b, n) above this -> tiled path
+SCORES_LIMIT_BYTES = 32 * 2**20
 
 
 def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
-    """W_QKV^T (h*(2 d_k + d_v), d_model) with 1/sqrt(d_k) folded in, and W_O. Book: chapter 12.
+    """W_QKV^T (h*(2 d_k + d_v), d_model) with 1/sqrt(d_k) folded in, and W_O.
 
-    Rows 0 .. h*d_k-1 are W_Q1^T/sqrt(d_k), ..., W_Qh^T/sqrt(d_k); then the h blocks of W_K^T,
-    then the h blocks of W_V^T. Computed once per Weights and kept on it (Weights is frozen,
-    so its matrices cannot change under the cached copy).
+    Book: chapter 12. Rows 0 .. h*d_k-1 are W_Q1^T/sqrt(d_k), ...,
+    W_Qh^T/sqrt(d_k); then the h blocks of W_K^T, then the h blocks of
+    W_V^T. Computed once per Weights and kept on it (Weights is frozen, so
+    its matrices cannot change under the cached copy).
     """
     cached = W.__dict__.get("_fused")
     if cached is None:
         scale = 1.0 / math.sqrt(W.d_k)
         W_QKV_T = np.concatenate([
-            (W.W_Q * scale).transpose(0, 2, 1).reshape(-1, W.d_model),  # (h*d_k, d_model)
-            W.W_K.transpose(0, 2, 1).reshape(-1, W.d_model),  # (h*d_k, d_model)
-            W.W_V.transpose(0, 2, 1).reshape(-1, W.d_model),  # (h*d_v, d_model)
+            # (h*d_k, d_model): every head's W_Q^T / sqrt(d_k)
+            (W.W_Q * scale).transpose(0, 2, 1).reshape(-1, W.d_model),
+            # (h*d_k, d_model): every head's W_K^T
+            W.W_K.transpose(0, 2, 1).reshape(-1, W.d_model),
+            # (h*d_v, d_model): every head's W_V^T
+            W.W_V.transpose(0, 2, 1).reshape(-1, W.d_model),
         ]).astype(W.dtype, copy=False)  # (h*(2 d_k + d_v), d_model)
         W_QKV_T.flags.writeable = False
         cached = (W_QKV_T, W.W_O)
@@ -63,10 +74,11 @@ def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
 
 
 def project_heads(X: np.ndarray, W: Weights):
-    """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product. Book: chapter 12.
+    """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product.
 
-    Returns Q_T (h, d_k, n), K_T (h, d_k, n), V_T (h, d_v, n): views into one contiguous array,
-    each head's block contiguous, so no copy is needed to split the heads.
+    Book: chapter 12. Returns Q_T (h, d_k, n), K_T (h, d_k, n),
+    V_T (h, d_v, n): views into one contiguous array, each head's block
+    contiguous, so no copy is needed to split the heads.
     """
     W_QKV_T, _ = fused_weights(W)
     h, d_k, d_v, n = W.heads, W.d_k, W.d_v, X.shape[0]
@@ -78,9 +90,13 @@ def project_heads(X: np.ndarray, W: Weights):
 
 
 def _mask_later_keys(S: np.ndarray, r0: int, c0: int) -> None:
-    """Set S[:, i, j] to -inf where key c0 + j comes after query r0 + i (in place)."""
+    """Set S[:, i, j] to -inf where key c0 + j comes after query r0 + i.
+
+    Works in place.
+    """
     b, w = S.shape[1:]
-    later = np.arange(c0, c0 + w)[None, :] > np.arange(r0, r0 + b)[:, None]  # (b, w)
+    later = (np.arange(c0, c0 + w)[None, :]
+             > np.arange(r0, r0 + b)[:, None])  # (b, w)
     if later.any():
         S[:, later] = -np.inf  # (h, b, w)
 
@@ -92,29 +108,38 @@ def _exp_shifted_inplace(S: np.ndarray, m: np.ndarray) -> np.ndarray:
     return S.sum(axis=-1, keepdims=True)  # (h, b, 1)
 
 
-def attend_block(Q_T, K_T, V_T, r0: int, r1: int, causal: bool) -> np.ndarray:
-    """Rows r0 .. r1-1 of every head's H = softmax(mask(Q K^T)) V. Book: chapter 12.
+def attend_block(Q_T, K_T, V_T, r0: int, r1: int,
+                 causal: bool) -> np.ndarray:
+    """Rows r0 .. r1-1 of every head's H = softmax(mask(Q K^T)) V.
 
-    With ``causal`` the block looks only at keys 0 .. r1-1: the key blocks to the right of the
-    diagonal are skipped, and only the diagonal square is masked. Returns H (h, b, d_v).
+    Book: chapter 12. With ``causal`` the block looks only at keys
+    0 .. r1-1: the key blocks to the right of the diagonal are skipped, and
+    only the diagonal square is masked. Returns H (h, b, d_v).
     """
     m = r1 if causal else K_T.shape[2]
     Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k), a view
-    S = Q @ K_T[:, :, :m]  # (h, b, d_k) @ (h, d_k, m) -> (h, b, m), already scaled
+    # (h, b, d_k) @ (h, d_k, m) -> (h, b, m), already scaled
+    S = Q @ K_T[:, :, :m]  # (h, b, m)
     if causal:
-        _mask_later_keys(S[:, :, r0:], r0, r0)  # only the diagonal square (h, b, b)
-    ell = _exp_shifted_inplace(S, S.max(axis=-1, keepdims=True))  # S <- exp(S - max); (h, b, 1)
-    H = S @ V_T[:, :, :m].transpose(0, 2, 1)  # (h, b, m) @ (h, m, d_v) -> (h, b, d_v)
+        # only the diagonal square needs the mask
+        _mask_later_keys(S[:, :, r0:], r0, r0)  # (h, b, b)
+    # S <- exp(S - max)
+    ell = _exp_shifted_inplace(S, S.max(axis=-1, keepdims=True))  # (h, b, 1)
+    # (h, b, m) @ (h, m, d_v) -> (h, b, d_v)
+    H = S @ V_T[:, :, :m].transpose(0, 2, 1)  # (h, b, d_v)
     H /= ell  # divide the (b, d_v) result, not the (b, m) scores
     return H
 
 
-def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np.ndarray:
-    """The same H rows as ``attend_block``, keys ``tile`` at a time with an online softmax.
+def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool,
+                 tile: int) -> np.ndarray:
+    """The same H rows as ``attend_block``, with an online softmax.
 
-    Book: chapter 12, "Online softmax". A running maximum mx, running sum ell and running
-    unnormalised output acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
-    no row of scores longer than ``tile`` ever exists. Returns H (h, b, d_v).
+    Book: chapter 12, "Online softmax". Keys are taken ``tile`` at a time.
+    A running maximum mx, running sum ell and running unnormalised output
+    acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
+    no row of scores longer than ``tile`` ever exists. Returns H
+    (h, b, d_v).
     """
     m = r1 if causal else K_T.shape[2]
     Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k)
@@ -127,46 +152,62 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool, tile: int) -> np
         S = Q @ K_T[:, :, c0:c1]  # (h, b, w)
         if causal and c1 - 1 > r0:
             _mask_later_keys(S, r0, c0)
-        mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (h, b, 1), finite after tile 1
-        alpha = np.exp(mx - mx_new)  # (h, b, 1), rescales what was summed so far
+        # finite after the first tile
+        mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (h, b, 1)
+        # rescales what was summed so far
+        alpha = np.exp(mx - mx_new)  # (h, b, 1)
         ell = ell * alpha + _exp_shifted_inplace(S, mx_new)  # (h, b, 1)
-        acc = acc * alpha + S @ V_T[:, :, c0:c1].transpose(0, 2, 1)  # (h, b, d_v)
+        acc = (acc * alpha
+               + S @ V_T[:, :, c0:c1].transpose(0, 2, 1))  # (h, b, d_v)
         mx = mx_new
     return acc / ell  # (h, b, d_v)
 
 
-def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None, tile: int | None):
-    """(block, tile) for n tokens: tile None means whole key rows. Book: chapter 12.
+def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None,
+                 tile: int | None):
+    """(block, tile) for n tokens: tile None means whole key rows.
 
-    Whole key rows while one block's scores (h, block, n) fit in SCORES_LIMIT_BYTES; past that
-    the online-softmax path, TILE_ROWS queries by TILE_KEYS keys at a time. Sizes given are kept.
+    Book: chapter 12. Whole key rows while one block's scores
+    (h, block, n) fit in SCORES_LIMIT_BYTES; past that the online-softmax
+    path, TILE_ROWS queries by TILE_KEYS keys at a time. Sizes given are
+    kept.
     """
     for name, size in (("block", block), ("tile", tile)):
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-            raise ValueError(f"{name} must be a positive integer, got {size!r}")
-    if tile is None and W.heads * (block or BLOCK_ROWS) * n * itemsize > SCORES_LIMIT_BYTES:
+        if size is not None and (isinstance(size, bool)
+                                 or not isinstance(size, int) or size < 1):
+            raise ValueError(
+                f"{name} must be a positive integer, got {size!r}")
+    if (tile is None
+            and W.heads * (block or BLOCK_ROWS) * n * itemsize
+            > SCORES_LIMIT_BYTES):
         return block or TILE_ROWS, TILE_KEYS
     return block or BLOCK_ROWS, tile
 
 
-def multi_head_attention_fast(X: np.ndarray, W: Weights, causal: bool = True, *,
-                              block: int | None = None, tile: int | None = None) -> np.ndarray:
+def multi_head_attention_fast(X: np.ndarray, W: Weights,
+                              causal: bool = True, *,
+                              block: int | None = None,
+                              tile: int | None = None) -> np.ndarray:
     """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: chapter 12.
 
-    X must already be checked (``check_input``) and in the dtype to compute in. Queries go
-    ``block`` rows at a time; ``tile=None`` lets ``choose_sizes`` pick whole key rows or the
-    online softmax; an integer ``tile`` forces the online softmax with that many keys per tile.
+    X must already be checked (``check_input``) and in the dtype to compute
+    in. Queries go ``block`` rows at a time; ``tile=None`` lets
+    ``choose_sizes`` pick whole key rows or the online softmax; an integer
+    ``tile`` forces the online softmax with that many keys per tile.
     """
     n = X.shape[0]
     block, tile = choose_sizes(n, W, X.itemsize, block, tile)
-    Q_T, K_T, V_T = project_heads(X, W)  # (h, d_k, n), (h, d_k, n), (h, d_v, n)
-    concat = np.empty((n, W.heads, W.d_v), X.dtype)  # (n, h, d_v), Concat(H_1..H_h) by rows
+    Q_T, K_T, V_T = project_heads(X, W)  # (h, d_k, n) twice, (h, d_v, n)
+    # Concat(H_1..H_h), filled by rows
+    concat = np.empty((n, W.heads, W.d_v), X.dtype)  # (n, h, d_v)
     for r0 in range(0, n, block):
         r1 = min(r0 + block, n)
         if tile is None:
             H = attend_block(Q_T, K_T, V_T, r0, r1, causal)  # (h, b, d_v)
         else:
-            H = attend_tiled(Q_T, K_T, V_T, r0, r1, causal, tile)  # (h, b, d_v)
+            H = attend_tiled(Q_T, K_T, V_T, r0, r1, causal,
+                             tile)  # (h, b, d_v)
         concat[r0:r1] = H.transpose(1, 0, 2)  # (b, h, d_v)
     _, W_O = fused_weights(W)
-    return concat.reshape(n, -1) @ W_O.astype(X.dtype, copy=False)  # (n, h*d_v) @ (h*d_v, d_model)
+    return (concat.reshape(n, -1)  # (n, h*d_v)
+            @ W_O.astype(X.dtype, copy=False))  # (h*d_v, d_model)

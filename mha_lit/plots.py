@@ -1,6 +1,7 @@
-"""Figures of the book. Every function draws with matplotlib and returns a Figure.
+"""Figures of the book.
 
-Book: each function's docstring names the chapter that shows it. Nothing here computes
+Every function draws with matplotlib and returns a Figure. Book: each
+function's docstring names the chapter that shows it. Nothing here computes
 attention itself; the figures draw what the other modules compute.
 """
 
@@ -9,51 +10,61 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-# --- Part I, chapters 1-3: matrix products, attention weights ----------------------------
+# --- Part I, chapters 1-3: matrix products, attention weights --------------
 
 HIGHLIGHT = "#d95f02"  # the shared axis of a product, the entry being computed
 _CELL = "#e8eef7"  # an ordinary cell of a shape diagram
 
 
 def _block(ax, x0, rows, cols, name, shade):
-    """Draw a rows x cols grid of unit cells with its left edge at x0; shade(i, j) -> bool."""
+    """Draw a rows x cols grid of unit cells with its left edge at x0.
+
+    shade(i, j) -> bool says which cells are highlighted.
+    """
     for i in range(rows):
         for j in range(cols):
             hot = shade(i, j)
-            ax.add_patch(plt.Rectangle((x0 + j, -i - 1), 1, 1, facecolor=HIGHLIGHT if hot
+            ax.add_patch(plt.Rectangle((x0 + j, -i - 1), 1, 1,
+                                       facecolor=HIGHLIGHT if hot
                                        else _CELL, edgecolor="white", lw=1.5,
                                        gid="highlight" if hot else "cell"))
-    ax.text(x0 + cols / 2, 0.9, f"{name}\n{rows} × {cols}", ha="center", va="bottom", fontsize=15)
+    ax.text(x0 + cols / 2, 0.9, f"{name}\n{rows} × {cols}", ha="center",
+            va="bottom", fontsize=15)
 
 
-def product_shapes(a: int, b: int, c: int, entry=(1, 1), names=("A", "B", "R"), ax=None):
-    """Shape diagram of an (a x b) times (b x c) product, one cell per entry. Book: chapter 1.
+def product_shapes(a: int, b: int, c: int, entry=(1, 1),
+                   names=("A", "B", "R"), ax=None):
+    """Shape diagram of an (a x b) times (b x c) product, one cell per entry.
 
-    Row x of A and column y of B (``entry = (x, y)``, counted from 1) are highlighted, with
-    the entry R_xy they produce; the shared size b is written in the highlight colour on
-    both factors. Returns the Figure.
+    Book: chapter 1. Row x of A and column y of B (``entry = (x, y)``,
+    counted from 1) are highlighted, with the entry R_xy they produce; the
+    shared size b is written in the highlight colour on both factors.
+    Returns the Figure.
     """
     if min(a, b, c) < 1:
-        raise ValueError(f"product_shapes needs positive sizes, got {a} x {b} times {b} x {c}")
+        raise ValueError("product_shapes needs positive sizes, "
+                         f"got {a} x {b} times {b} x {c}")
     x, y = entry
     if not (1 <= x <= a and 1 <= y <= c):
         raise ValueError(f"entry {entry} is outside the {a} x {c} result")
     gap = 2.0
     xa, xb = 0.0, b + gap
     xr = xb + c + gap
-    size = (0.32 * (xr + c) + 0.5, 0.32 * max(a, b) + 1.3)  # inches, 0.32 per cell
+    # inches, 0.32 per cell
+    size = (0.32 * (xr + c) + 0.5, 0.32 * max(a, b) + 1.3)
     fig = ax.figure if ax is not None else plt.figure(figsize=size)
     ax = ax if ax is not None else fig.add_subplot()
     _block(ax, xa, a, b, names[0], lambda i, j: i == x - 1)
     _block(ax, xb, b, c, names[1], lambda i, j: j == y - 1)
     _block(ax, xr, a, c, names[2], lambda i, j: (i, j) == (x - 1, y - 1))
     mid = -min(a, b) / 2
-    ax.plot([xb - gap + 0.6], [mid], "o", color="black", markersize=6)  # the product dot
+    ax.plot([xb - gap + 0.6], [mid], "o", color="black",
+            markersize=6)  # the product dot
     ax.text(xr - gap / 2, mid, "=", ha="center", va="center", fontsize=24)
-    ax.text(xa + b / 2, -a - 0.2, f"{b} columns", ha="center", va="top", color=HIGHLIGHT,
-            fontsize=14)
-    ax.text(xb - 0.2, -b / 2, f"{b} rows", ha="right", va="center", rotation=90,
+    ax.text(xa + b / 2, -a - 0.2, f"{b} columns", ha="center", va="top",
             color=HIGHLIGHT, fontsize=14)
+    ax.text(xb - 0.2, -b / 2, f"{b} rows", ha="right", va="center",
+            rotation=90, color=HIGHLIGHT, fontsize=14)
     ax.set_xlim(-0.3, xr + c + 0.3)
     ax.set_ylim(-max(a, b) - 1.4, 2.6)
     ax.set_aspect("equal")
@@ -62,78 +73,98 @@ def product_shapes(a: int, b: int, c: int, entry=(1, 1), names=("A", "B", "R"), 
 
 
 def _annotate(ax, M, fmt, skip=lambda i, j: False):
-    """Write each entry of M in its cell, dark text on light cells and white on dark ones."""
+    """Write each entry of M in its cell.
+
+    Dark text on light cells and white on dark ones.
+    """
     image = ax.images[0]
     for (i, j), v in np.ndenumerate(M):
         if not skip(i, j):
             r, g, b, _ = image.cmap(image.norm(v))
-            dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5  # luminance of the cell colour
-            ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize=9,
-                    color="white" if dark else "black")
+            # luminance of the cell colour
+            dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+            ax.text(j, i, format(v, fmt), ha="center", va="center",
+                    fontsize=9, color="white" if dark else "black")
 
 
-def matrix_panels(matrices, names, ops=(), row_labels=None, fmt=".2f", cell=0.62):
-    """Annotated heatmaps stacked top to bottom, e.g. E + P = X. Book: chapter 2, "The input X".
+def matrix_panels(matrices, names, ops=(), row_labels=None, fmt=".2f",
+                  cell=0.62):
+    """Annotated heatmaps stacked top to bottom, e.g. E + P = X.
 
-    ``ops`` are the symbols written before the second, third, ... panel ("+", "="),
-    ``row_labels`` (one per row) name the rows of every panel; one colour scale, centred on 0,
-    is shared by all panels. Stacking keeps the figure narrow enough for a phone screen.
-    Returns the Figure.
+    Book: chapter 2, "The input X". ``ops`` are the symbols written before
+    the second, third, ... panel ("+", "="), ``row_labels`` (one per row)
+    name the rows of every panel; one colour scale, centred on 0, is shared
+    by all panels. Stacking keeps the figure narrow enough for a phone
+    screen. Returns the Figure.
     """
     matrices = [np.asarray(M, dtype=float) for M in matrices]
     if len(names) != len(matrices) or len(ops) not in (0, len(matrices) - 1):
         raise ValueError(f"{len(matrices)} matrices need as many names and "
-                         f"{len(matrices) - 1} operators, got {len(names)} and {len(ops)}")
+                         f"{len(matrices) - 1} operators, "
+                         f"got {len(names)} and {len(ops)}")
     if any(M.ndim != 2 for M in matrices):
         raise ValueError(f"matrix_panels draws 2-D matrices, got shapes "
                          f"{[M.shape for M in matrices]}")
     vmax = max(float(np.abs(M).max()) for M in matrices) or 1.0
     heights = [M.shape[0] for M in matrices]
     cols = max(M.shape[1] for M in matrices)
-    size = (cell * cols + 1.6, cell * sum(heights) + 0.75 * len(matrices))  # inches
+    size = (cell * cols + 1.6,
+            cell * sum(heights) + 0.75 * len(matrices))  # inches
     fig, axes = plt.subplots(len(matrices), 1, figsize=size,
                              gridspec_kw={"height_ratios": heights})
     axes = np.atleast_1d(axes)
-    for k, (ax, M, name) in enumerate(zip(axes, matrices, names)):
+    for k, (ax, M, name) in enumerate(zip(axes, matrices, names,
+                                          strict=False)):
         ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
         _annotate(ax, M, fmt)
         ax.set_title(f"{name}  ({M.shape[0]} × {M.shape[1]})", fontsize=11)
         if k > 0 and ops:
-            ax.text(-0.02, 1.04, ops[k - 1], transform=ax.transAxes, ha="right",
-                    va="bottom", fontsize=18, fontweight="bold")
-        ax.set_xticks(range(M.shape[1]), [str(j + 1) for j in range(M.shape[1])])
-        labels = range(1, M.shape[0] + 1) if row_labels is None else row_labels
+            ax.text(-0.02, 1.04, ops[k - 1], transform=ax.transAxes,
+                    ha="right", va="bottom", fontsize=18, fontweight="bold")
+        ax.set_xticks(range(M.shape[1]),
+                      [str(j + 1) for j in range(M.shape[1])])
+        labels = (range(1, M.shape[0] + 1) if row_labels is None
+                  else row_labels)
         ax.set_yticks(range(M.shape[0]), [str(t) for t in labels])
         ax.tick_params(length=0, labelsize=9)
     fig.tight_layout(h_pad=0.6)
     return fig
 
 
-def attention_heatmap(S, ax=None, title=None, tokens=None, causal: bool = True, fmt=".3f"):
-    """Heatmap of attention weights S (n x m), numbers in the cells. Book: chapter 3, "H = S V".
+def attention_heatmap(S, ax=None, title=None, tokens=None,
+                      causal: bool = True, fmt=".3f"):
+    """Heatmap of attention weights S (n x m), numbers in the cells.
 
-    With ``causal`` the strictly upper triangle (a query looking at a later key) is drawn
-    hatched grey and labelled "masked"; S must be 0 there. Returns the Figure.
+    Book: chapter 3, "H = S V". With ``causal`` the strictly upper triangle
+    (a query looking at a later key) is drawn hatched grey and labelled
+    "masked"; S must be 0 there. Returns the Figure.
     """
     S = np.asarray(S, dtype=float)
     if S.ndim != 2:
-        raise ValueError(f"attention_heatmap needs a 2-D S, got shape {S.shape}")
+        raise ValueError(
+            f"attention_heatmap needs a 2-D S, got shape {S.shape}")
     n, m = S.shape
-    masked = np.triu(np.ones((n, m), dtype=bool), k=1 + m - n) if causal else np.zeros((n, m), bool)
+    masked = (np.triu(np.ones((n, m), dtype=bool), k=1 + m - n) if causal
+              else np.zeros((n, m), bool))  # (n, m)
     if np.any(S[masked] != 0):
-        raise ValueError(f"S ({n} x {m}) has non-zero weight above the diagonal, where the "
-                         "causal mask allows none")
-    tokens = [f"token {k + 1}" for k in range(m)] if tokens is None else list(tokens)
+        raise ValueError(f"S ({n} x {m}) has non-zero weight above the "
+                         "diagonal, where the causal mask allows none")
+    tokens = ([f"token {k + 1}" for k in range(m)] if tokens is None
+              else list(tokens))
     if len(tokens) != m:
-        raise ValueError(f"S has {m} columns but {len(tokens)} token labels were given")
-    fig = ax.figure if ax is not None else plt.figure(figsize=(1.0 * m + 1.8, 0.9 * n + 1.2))
+        raise ValueError(f"S has {m} columns but {len(tokens)} token labels "
+                         "were given")
+    fig = (ax.figure if ax is not None
+           else plt.figure(figsize=(1.0 * m + 1.8, 0.9 * n + 1.2)))
     ax = ax if ax is not None else fig.add_subplot()
     ax.imshow(np.where(masked, np.nan, S), cmap="Blues", vmin=0, vmax=1)
     _annotate(ax, S, fmt, skip=lambda i, j: masked[i, j])
-    for i, j in zip(*np.nonzero(masked)):
-        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#dddddd", hatch="//",
+    for i, j in zip(*np.nonzero(masked), strict=False):
+        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1,
+                                   facecolor="#dddddd", hatch="//",
                                    edgecolor="#999999", lw=0, gid="masked"))
-        ax.text(j, i, "masked", ha="center", va="center", fontsize=8, color="#555555")
+        ax.text(j, i, "masked", ha="center", va="center", fontsize=8,
+                color="#555555")
     ax.set_xticks(range(m), tokens)
     ax.set_yticks(range(n), tokens[m - n:])
     ax.set_xlabel("key (the token attended to)")
@@ -144,45 +175,54 @@ def attention_heatmap(S, ax=None, title=None, tokens=None, causal: bool = True, 
     fig.tight_layout()
     return fig
 
-# --- end of Part I, chapters 1-3 ------------------------------------------------------------
+# --- end of Part I, chapters 1-3 -------------------------------------------
 
-# --- Part I, chapters 4-7: heads, output, dependence, KV cache --------------------------------
+# --- Part I, chapters 4-7: heads, output, dependence, KV cache -------------
 
 
-def _cell_text(ax, r: int, c: int, text: str, dark: bool, size: float = 10) -> None:
-    """Write text in cell (r, c) of an imshow, white on dark cells and black on light ones."""
-    ax.text(c, r, text, ha="center", va="center", fontsize=size, color="white" if dark else "black")
+def _cell_text(ax, r: int, c: int, text: str, dark: bool,
+               size: float = 10) -> None:
+    """Write text in cell (r, c) of an imshow.
+
+    White on dark cells and black on light ones.
+    """
+    ax.text(c, r, text, ha="center", va="center", fontsize=size,
+            color="white" if dark else "black")
 
 
 def head_heatmaps(S, tokens=None) -> plt.Figure:
-    """The attention weights S_1, ..., S_h side by side, masked entries hatched. Book: chapter 4.
+    """Attention weights S_1, ..., S_h side by side, masked entries hatched.
 
-    S is (h, n, n): S[i] is head i+1's matrix of attention weights. Each panel is drawn by
-    ``attention_heatmap`` (chapter 3), so the causal mask shows as hatched "masked" cells.
+    Book: chapter 4. S is (h, n, n): S[i] is head i+1's matrix of attention
+    weights. Each panel is drawn by ``attention_heatmap`` (chapter 3), so
+    the causal mask shows as hatched "masked" cells.
     """
     S = np.asarray(S, dtype=float)
     if S.ndim != 3 or S.shape[1] != S.shape[2]:
         raise ValueError(f"S must be (heads, n, n), got shape {S.shape}")
     h, n, _ = S.shape
-    fig, axes = plt.subplots(1, h, figsize=(3.6 * h + 0.4, 0.9 * n + 1.5), squeeze=False)
+    fig, axes = plt.subplots(1, h, figsize=(3.6 * h + 0.4, 0.9 * n + 1.5),
+                             squeeze=False)
     for i, ax in enumerate(axes[0]):
-        attention_heatmap(S[i], ax=ax, title=f"head {i + 1}: $S_{i + 1}$", tokens=tokens,
-                          fmt=".2f")
+        attention_heatmap(S[i], ax=ax, title=f"head {i + 1}: $S_{i + 1}$",
+                          tokens=tokens, fmt=".2f")
     fig.tight_layout(w_pad=2.0)
     return fig
 
 
 def concat_output(H, W_O) -> plt.Figure:
-    """Concat(H_1, ..., H_h) W_O = Y laid out as a product, head blocks outlined. Book: chapter 5.
+    """Concat(H_1, ..., H_h) W_O = Y laid out as a product, blocks outlined.
 
-    H is (h, n, d_v) (H[i] is head i+1's output), W_O is (h*d_v, d_model). Concat sits bottom
-    left, W_O top right, Y where their rows and columns meet; block i of Concat's columns and
-    block i of W_O's rows share a colour, because they multiply each other.
+    Book: chapter 5. H is (h, n, d_v) (H[i] is head i+1's output), W_O is
+    (h*d_v, d_model). Concat sits bottom left, W_O top right, Y where their
+    rows and columns meet; block i of Concat's columns and block i of W_O's
+    rows share a colour, because they multiply each other.
     """
     H, W_O = np.asarray(H, dtype=float), np.asarray(W_O, dtype=float)
-    if H.ndim != 3 or W_O.ndim != 2 or W_O.shape[0] != H.shape[0] * H.shape[2]:
-        raise ValueError(f"H must be (h, n, d_v) and W_O (h*d_v, d_model); got H {H.shape}, "
-                         f"W_O {W_O.shape}")
+    if (H.ndim != 3 or W_O.ndim != 2
+            or W_O.shape[0] != H.shape[0] * H.shape[2]):
+        raise ValueError("H must be (h, n, d_v) and W_O (h*d_v, d_model); "
+                         f"got H {H.shape}, W_O {W_O.shape}")
     h, n, d_v = H.shape
     concat = np.concatenate(list(H), axis=1)  # (n, h*d_v)
     Y = concat @ W_O  # (n, d_model)
@@ -190,7 +230,8 @@ def concat_output(H, W_O) -> plt.Figure:
     grid = fig.add_gridspec(2, 2, width_ratios=[h * d_v, W_O.shape[1]],
                             height_ratios=[h * d_v, n])
     heads = ", ".join(f"H_{i + 1}" for i in range(h))
-    panels = [(grid[1, 0], concat, rf"Concat$({heads})$: {n} × {h * d_v}"),
+    panels = [(grid[1, 0], concat,
+               rf"Concat$({heads})$: {n} × {h * d_v}"),
               (grid[0, 1], W_O, rf"$W_O$: {h * d_v} × {W_O.shape[1]}"),
               (grid[1, 1], Y, rf"$Y$: {n} × {W_O.shape[1]}")]
     for spec, M, title in panels:
@@ -203,39 +244,51 @@ def concat_output(H, W_O) -> plt.Figure:
         for i in range(h if M is not Y else 0):
             color = f"C{i}"
             if M is concat:
-                ax.add_patch(plt.Rectangle((i * d_v - 0.5, -0.5), d_v, n, fill=False,
-                                           edgecolor=color, lw=3))
-                ax.text(i * d_v + d_v / 2 - 0.5, n - 0.5 + 0.15 * n, f"$H_{i + 1}$",
-                        ha="center", va="top", color=color, fontsize=12)
+                ax.add_patch(plt.Rectangle((i * d_v - 0.5, -0.5), d_v, n,
+                                           fill=False, edgecolor=color,
+                                           lw=3))
+                ax.text(i * d_v + d_v / 2 - 0.5, n - 0.5 + 0.15 * n,
+                        f"$H_{i + 1}$", ha="center", va="top", color=color,
+                        fontsize=12)
             else:
-                ax.add_patch(plt.Rectangle((-0.5, i * d_v - 0.5), M.shape[1], d_v, fill=False,
-                                           edgecolor=color, lw=3))
-                ax.text(-0.9, i * d_v + d_v / 2 - 0.5, f"block {i + 1}", rotation=90,
-                        ha="right", va="center", color=color, fontsize=11)
+                ax.add_patch(plt.Rectangle((-0.5, i * d_v - 0.5), M.shape[1],
+                                           d_v, fill=False, edgecolor=color,
+                                           lw=3))
+                ax.text(-0.9, i * d_v + d_v / 2 - 0.5, f"block {i + 1}",
+                        rotation=90, ha="right", va="center", color=color,
+                        fontsize=11)
     note = fig.add_subplot(grid[0, 0])
     note.axis("off")
-    note.text(0.5, 0.5, "$Y = \\sum_i H_i \\, W_O^{(i)}$\n\nblock $i$ of $W_O$ (its rows)\n"
-              "meets $H_i$ (its columns)", ha="center", va="center", fontsize=13)
+    note.text(0.5, 0.5, "$Y = \\sum_i H_i \\, W_O^{(i)}$\n\n"
+              "block $i$ of $W_O$ (its rows)\n"
+              "meets $H_i$ (its columns)", ha="center", va="center",
+              fontsize=13)
     return fig
 
 
 def dependency_grid(D, title: str = "") -> plt.Figure:
-    """How much output row i moves with input row j: an n x n grid. Book: chapter 6.
+    """How much output row i moves with input row j: an n x n grid.
 
-    D[i, j] >= 0 is a size of the block dY_{i+1} / dX_{j+1} (for instance its largest entry).
-    Cells exactly 0 are hatched and labelled "0".
+    Book: chapter 6. D[i, j] >= 0 is a size of the block dY_{i+1} / dX_{j+1}
+    (for instance its largest entry). Cells exactly 0 are hatched and
+    labelled "0".
     """
     D = np.asarray(D, dtype=float)
     if D.ndim != 2 or D.shape[0] != D.shape[1] or (D < 0).any():
-        raise ValueError(f"D must be a square matrix of sizes >= 0, got shape {D.shape}")
+        raise ValueError("D must be a square matrix of sizes >= 0, "
+                         f"got shape {D.shape}")
     n = D.shape[0]
-    fig, ax = plt.subplots(figsize=(1.2 * n + 2.2, 1.1 * n + 1.4), constrained_layout=True)
-    im = ax.imshow(np.ma.masked_equal(D, 0.0), cmap="Blues", vmin=0, vmax=float(D.max()) or 1)
+    fig, ax = plt.subplots(figsize=(1.2 * n + 2.2, 1.1 * n + 1.4),
+                           constrained_layout=True)
+    im = ax.imshow(np.ma.masked_equal(D, 0.0), cmap="Blues", vmin=0,
+                   vmax=float(D.max()) or 1)
     for r, c in np.ndindex(n, n):
         if D[r, c] == 0:
-            ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="white", hatch="//",
+            ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1,
+                                       facecolor="white", hatch="//",
                                        edgecolor="#bbbbbb", lw=0, gid="zero"))
-        _cell_text(ax, r, c, "0" if D[r, c] == 0 else f"{D[r, c]:.2g}", D[r, c] > 0.6 * D.max())
+        _cell_text(ax, r, c, "0" if D[r, c] == 0 else f"{D[r, c]:.2g}",
+                   D[r, c] > 0.6 * D.max())
     ax.set_xticks(range(n), [f"$X_{j + 1}$" for j in range(n)])
     ax.set_yticks(range(n), [f"$Y_{j + 1}$" for j in range(n)])
     ax.set_xlabel("input row")
@@ -246,16 +299,21 @@ def dependency_grid(D, title: str = "") -> plt.Figure:
 
 
 def kv_cost_curves(n, cached, recomputed) -> plt.Figure:
-    """Multiply-adds per new token and in total, with and without the KV cache. Book: chapter 7.
+    """Multiply-adds per new token and in total, with and without the cache.
 
-    n is the number of tokens (1-D, increasing); cached[k] and recomputed[k] are the
-    multiply-adds that produce output row n[k] with the cache and by recomputing all rows.
+    Book: chapter 7. n is the number of tokens (1-D, increasing); cached[k]
+    and recomputed[k] are the multiply-adds that produce output row n[k]
+    with the KV cache and by recomputing all rows.
     """
-    n, cached, recomputed = (np.asarray(a, dtype=float) for a in (n, cached, recomputed))
-    if not (n.ndim == 1 and n.shape == cached.shape == recomputed.shape and len(n) > 0):
-        raise ValueError(f"n, cached and recomputed must be 1-D of one length, got shapes "
+    n, cached, recomputed = (np.asarray(a, dtype=float)
+                             for a in (n, cached, recomputed))
+    if not (n.ndim == 1 and n.shape == cached.shape == recomputed.shape
+            and len(n) > 0):
+        raise ValueError("n, cached and recomputed must be 1-D of one "
+                         "length, got shapes "
                          f"{n.shape}, {cached.shape}, {recomputed.shape}")
-    fig, (per, total) = plt.subplots(1, 2, figsize=(9, 3.6), constrained_layout=True)
+    fig, (per, total) = plt.subplots(1, 2, figsize=(9, 3.6),
+                                     constrained_layout=True)
     for ax, a, b, what in ((per, cached, recomputed, "for output row $n$"),
                            (total, np.cumsum(cached), np.cumsum(recomputed),
                             "for all of rows $1, \\ldots, n$")):
@@ -268,134 +326,174 @@ def kv_cost_curves(n, cached, recomputed) -> plt.Figure:
     per.legend()
     return fig
 
-# --- end of Part I, chapters 4-7 --------------------------------------------------------------
+# --- end of Part I, chapters 4-7 -------------------------------------------
 
-# --- Part I, chapter 8: the GPT block ----------------------------------------------------
+# --- Part I, chapter 8: the GPT block --------------------------------------
 
-_GPT_COLORS = {"embed": "#eeeeee", "attn": "#fdd9b5", "norm": "#dbe6f4", "ffn": "#d5ecd0",
-               "out": "#eeeeee"}
-_GPT_W, _GPT_H, _GPT_STEP = 5.1, 0.72, 1.2  # box width and height, distance between centres
+_GPT_COLORS = {"embed": "#eeeeee", "attn": "#fdd9b5", "norm": "#dbe6f4",
+               "ffn": "#d5ecd0", "out": "#eeeeee"}
+# box width and height, distance between centres
+_GPT_W, _GPT_H, _GPT_STEP = 5.1, 0.72, 1.2
 _GPT_INCH = 0.62  # inches per data unit
 _GPT_SKIP_X = _GPT_W / 2 + 0.55  # x of the vertical residual lines
 
 
-def _gpt_nodes(pre_ln: bool, n: int, d_model: int, d_ff: int) -> list[tuple[str, str, str]]:
-    """(kind, title, subtitle) of each node of the block diagram, top to bottom."""
-    attn = ("attn", "Masked multi-head attention", "chapters 3–7 of this book")
-    ffn = ("ffn", "Feed-forward network", f"GELU, per row: {d_model} → {d_ff} → {d_model}")
-    nodes = [("embed", "Token + position embedding", f"X: {n} × {d_model}, one row per token")]
+def _gpt_nodes(pre_ln: bool, n: int, d_model: int,
+               d_ff: int) -> list[tuple[str, str, str]]:
+    """(kind, title, subtitle) of each node of the block diagram.
+
+    Top to bottom.
+    """
+    attn = ("attn", "Masked multi-head attention",
+            "chapters 3–7 of this book")
+    ffn = ("ffn", "Feed-forward network",
+           f"GELU, per row: {d_model} → {d_ff} → {d_model}")
+    nodes = [("embed", "Token + position embedding",
+              f"X: {n} × {d_model}, one row per token")]
     if pre_ln:
         nodes += [("norm", "Layer norm 1", "per row"), attn, ("add", "+", ""),
                   ("norm", "Layer norm 2", "per row"), ffn, ("add", "+", ""),
                   ("norm", "Final layer norm", "added in GPT-2, per row")]
     else:
-        nodes += [attn, ("norm", "Add & layer norm 1", "LN(X + attention), per row"), ffn,
+        nodes += [attn,
+                  ("norm", "Add & layer norm 1", "LN(X + attention), per row"),
+                  ffn,
                   ("norm", "Add & layer norm 2", "LN(X′ + FFN), per row")]
-    return nodes + [("out", "Linear: output projection", "one score per vocabulary entry"),
+    return nodes + [("out", "Linear: output projection",
+                     "one score per vocabulary entry"),
                     ("out", "Softmax", "next-token probabilities, per row")]
 
 
-def _gpt_node(ax, y: float, kind: str, title: str, subtitle: str) -> tuple[float, float]:
-    """Draw one node centred at (0, y); return its half-width and half-height."""
+def _gpt_node(ax, y: float, kind: str, title: str,
+              subtitle: str) -> tuple[float, float]:
+    """Draw one node centred at (0, y); return its half-width, half-height."""
     from matplotlib.patches import Circle, FancyBboxPatch
 
     if kind == "add":
-        ax.add_patch(Circle((0, y), 0.26, facecolor="white", edgecolor="black", lw=1.2,
-                            gid="node:+"))
+        ax.add_patch(Circle((0, y), 0.26, facecolor="white", edgecolor="black",
+                            lw=1.2, gid="node:+"))
         ax.text(0, y, "+", ha="center", va="center", fontsize=15)
         return 0.26, 0.26
     ax.add_patch(FancyBboxPatch((-_GPT_W / 2, y - _GPT_H / 2), _GPT_W, _GPT_H,
-                                boxstyle="round,pad=0,rounding_size=0.12", lw=1.2,
-                                facecolor=_GPT_COLORS[kind], edgecolor="black",
-                                gid=f"node:{title}"))
+                                boxstyle="round,pad=0,rounding_size=0.12",
+                                lw=1.2, facecolor=_GPT_COLORS[kind],
+                                edgecolor="black", gid=f"node:{title}"))
     ax.text(0, y + 0.13, title, ha="center", va="center", fontsize=12)
-    ax.text(0, y - 0.18, subtitle, ha="center", va="center", fontsize=10, color="#444444")
+    ax.text(0, y - 0.18, subtitle, ha="center", va="center", fontsize=10,
+            color="#444444")
     return _GPT_W / 2, _GPT_H / 2
 
 
 def _gpt_arrow(ax, points, gid: str) -> None:
-    """An arrow along the polyline ``points`` (data coordinates), head at the last point."""
+    """An arrow along the polyline ``points`` (data coordinates).
+
+    Its head is at the last point.
+    """
     from matplotlib.patches import FancyArrowPatch
     from matplotlib.path import Path
 
-    ax.add_patch(FancyArrowPatch(path=Path(points), arrowstyle="-|>", mutation_scale=14,
-                                 lw=1.3, color="black", gid=gid))
+    ax.add_patch(FancyArrowPatch(path=Path(points), arrowstyle="-|>",
+                                 mutation_scale=14, lw=1.3, color="black",
+                                 gid=gid))
 
 
 def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
-    """The dashed frame around the nodes of one block, labelled "× N" on its right."""
+    """The dashed frame around the nodes of one block.
+
+    It is labelled "× N" on its right.
+    """
     from matplotlib.patches import FancyBboxPatch
 
     left, right = -_GPT_W / 2 - 0.25, _GPT_SKIP_X + 0.3
-    ax.add_patch(FancyBboxPatch((left, bottom), right - left, top - bottom, fill=False,
-                                boxstyle="round,pad=0,rounding_size=0.2", ls="--", lw=1.1,
-                                edgecolor="#777777", gid="frame"))
-    ax.text(right + 0.1, (top + bottom) / 2, f"× N   ({n_text})", rotation=270, ha="left",
-            va="center", fontsize=12)
+    ax.add_patch(FancyBboxPatch((left, bottom), right - left, top - bottom,
+                                fill=False,
+                                boxstyle="round,pad=0,rounding_size=0.2",
+                                ls="--", lw=1.1, edgecolor="#777777",
+                                gid="frame"))
+    ax.text(right + 0.1, (top + bottom) / 2, f"× N   ({n_text})",
+            rotation=270, ha="left", va="center", fontsize=12)
 
 
-def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5, d_ff: int = 13):
+def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5,
+                      d_ff: int = 13):
     """The GPT decoder stack as boxes and arrows, data flowing down.
 
     Book: chapter 8, "The decoder block at a glance"; figures 8.1 and 8.2.
 
-    ``pre_ln=False`` draws GPT's block (layer norm after each residual addition), ``True``
-    GPT-2's (layer norm before each sub-layer, one more after the last block). Arrows carry
-    their shape in the book's sizes; the dashed frame is the block, repeated N times. Node
-    patches have gid "node:<title>", arrows "arrow" or "residual". Returns the Figure.
+    ``pre_ln=False`` draws GPT's block (layer norm after each residual
+    addition), ``True`` GPT-2's (layer norm before each sub-layer, one more
+    after the last block). Arrows carry their shape in the book's sizes;
+    the dashed frame is the block, repeated N times. Node patches have gid
+    "node:<title>", arrows "arrow" or "residual". Returns the Figure.
     """
     nodes = _gpt_nodes(pre_ln, n, d_model, d_ff)
-    ys = [-_GPT_STEP * i for i in range(len(nodes))]  # node centres, top to bottom
+    # node centres, top to bottom
+    ys = [-_GPT_STEP * i for i in range(len(nodes))]
     xlim, ylim = (-_GPT_W / 2 - 0.4, _GPT_SKIP_X + 0.9), (ys[-1] - 0.45, 0.45)
-    size = (_GPT_INCH * (xlim[1] - xlim[0]), _GPT_INCH * (ylim[1] - ylim[0]) + 0.6)
+    size = (_GPT_INCH * (xlim[1] - xlim[0]),
+            _GPT_INCH * (ylim[1] - ylim[0]) + 0.6)
     fig, ax = plt.subplots(figsize=size, dpi=110, gridspec_kw={
-        "left": 0.01, "right": 0.99, "bottom": 0.01, "top": 1 - 0.6 / size[1]})
-    half_w, half = zip(*(_gpt_node(ax, y, *node) for y, node in zip(ys, nodes)))
+        "left": 0.01, "right": 0.99, "bottom": 0.01,
+        "top": 1 - 0.6 / size[1]})
+    half_w, half = zip(*(_gpt_node(ax, y, *node)
+                         for y, node in zip(ys, nodes, strict=False)),
+                       strict=False)
     for i in range(len(nodes) - 1):
-        _gpt_arrow(ax, [(0, ys[i] - half[i]), (0, ys[i + 1] + half[i + 1])], "arrow")
+        _gpt_arrow(ax, [(0, ys[i] - half[i]), (0, ys[i + 1] + half[i + 1])],
+                   "arrow")
         shape = f"{n} × vocab" if i == len(nodes) - 2 else f"{n} × {d_model}"
-        ax.text(-0.14, ys[i + 1] + half[i + 1] + 0.2, shape, ha="right", va="center",
-                fontsize=9.5, color="#555555", style="italic")
-    adds = [i for i, node in enumerate(nodes) if node[0] == "add" or "Add" in node[1]]
-    for start, add in zip([0, adds[0]], adds):
-        y0 = ys[start + 1] + half[start + 1] + 0.2  # branch off just above the next node
+        ax.text(-0.14, ys[i + 1] + half[i + 1] + 0.2, shape, ha="right",
+                va="center", fontsize=9.5, color="#555555", style="italic")
+    adds = [i for i, node in enumerate(nodes)
+            if node[0] == "add" or "Add" in node[1]]
+    for start, add in zip([0, adds[0]], adds, strict=False):
+        # branch off just above the next node
+        y0 = ys[start + 1] + half[start + 1] + 0.2
         ax.plot([0], [y0], "o", color="black", ms=4)
         _gpt_arrow(ax, [(0, y0), (_GPT_SKIP_X, y0), (_GPT_SKIP_X, ys[add]),
                         (half_w[add], ys[add])], "residual")
-        ax.text((_GPT_W / 2 + _GPT_SKIP_X) / 2, (y0 + ys[add]) / 2, "residual", rotation=90,
-                ha="center", va="center", fontsize=9.5, color="#555555")
-    _gpt_repeat_frame(ax, ys[1] + half[1] + 0.42, ys[adds[1]] - half[adds[1]] - 0.12,
+        ax.text((_GPT_W / 2 + _GPT_SKIP_X) / 2, (y0 + ys[add]) / 2,
+                "residual", rotation=90, ha="center", va="center",
+                fontsize=9.5, color="#555555")
+    _gpt_repeat_frame(ax, ys[1] + half[1] + 0.42,
+                      ys[adds[1]] - half[adds[1]] - 0.12,
                       "12 to 48 in GPT-2" if pre_ln else "12 in GPT")
-    ax.set_title("GPT-2 (pre-LN): layer norm before\neach sub-layer" if pre_ln else
-                 "GPT (post-LN): layer norm after\neach residual addition", fontsize=12.5)
+    ax.set_title("GPT-2 (pre-LN): layer norm before\neach sub-layer"
+                 if pre_ln else
+                 "GPT (post-LN): layer norm after\neach residual addition",
+                 fontsize=12.5)
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)
     ax.set_aspect("equal")
     ax.axis("off")
     return fig
 
-# --- end of Part I, chapter 8 ------------------------------------------------------------------
+# --- end of Part I, chapter 8 ----------------------------------------------
 
-# --- Part II: counting matrix multiplications ------------------------------------------
+# --- Part II: counting matrix multiplications ------------------------------
 
 
-def one_hot_product(O, E, X) -> plt.Figure:
-    """The embedding as a product: one-hot O (n, V) times E (V, d_model) gives X (n, d_model).
+def one_hot_product(O, E, X) -> plt.Figure:  # noqa: E741
+    """The embedding as a product: one-hot O (n, V) times E (V, d_model).
 
-    Book: chapter 9, "The embedding as a product". The three matrices are drawn side
-    by side as heatmaps, each titled with its shape.
+    Book: chapter 9, "The embedding as a product". The product is
+    X (n, d_model). The three matrices are drawn side by side as heatmaps,
+    each titled with its shape.
     """
-    O, E, X = (np.asarray(a, dtype=float) for a in (O, E, X))
+    O, E, X = (np.asarray(a, dtype=float) for a in (O, E, X))  # noqa: E741
     if O.ndim != 2 or E.ndim != 2 or X.ndim != 2:
-        raise ValueError(f"O, E, X must be matrices, got shapes {O.shape}, {E.shape}, {X.shape}")
+        raise ValueError("O, E, X must be matrices, got shapes "
+                         f"{O.shape}, {E.shape}, {X.shape}")
     if O.shape[1] != E.shape[0] or X.shape != (O.shape[0], E.shape[1]):
-        raise ValueError(f"O {O.shape} times E {E.shape} cannot give X {X.shape}")
-    fig, axes = plt.subplots(1, 3, figsize=(6.4, 3.2), width_ratios=[O.shape[1], E.shape[1] + 2,
-                                                                      X.shape[1] + 2])
+        raise ValueError(
+            f"O {O.shape} times E {E.shape} cannot give X {X.shape}")
+    fig, axes = plt.subplots(1, 3, figsize=(6.4, 3.2),
+                             width_ratios=[O.shape[1], E.shape[1] + 2,
+                                           X.shape[1] + 2])
     names = [("one-hot $O$", O, "Greys"), ("embedding $E$", E, "RdBu_r"),
              ("$X = O E$", X, "RdBu_r")]
     lim = float(np.abs(E).max()) or 1.0
-    for ax, (name, M, cmap) in zip(axes, names):
+    for ax, (name, M, cmap) in zip(axes, names, strict=False):
         vmin, vmax = (0, 1) if cmap == "Greys" else (-lim, lim)
         ax.imshow(M, cmap=cmap, vmin=vmin, vmax=vmax)
         ax.set_title(f"{name}\n{M.shape[0]} × {M.shape[1]}")
@@ -406,36 +504,44 @@ def one_hot_product(O, E, X) -> plt.Figure:
     return fig
 
 
-def matmul_count_bars(separate, fused, multiply_adds=None, title=None) -> plt.Figure:
-    """Matrix products per component, head by head and fused, on a log scale. Book: chapter 10.
+def matmul_count_bars(separate, fused, multiply_adds=None,
+                      title=None) -> plt.Figure:
+    """Matrix products per component, head by head and fused, log scale.
 
-    ``separate`` and ``fused`` map the same component names to counts of products; the
-    optional ``multiply_adds`` (same names) adds a second panel with the arithmetic, which
-    fusing does not change.
+    Book: chapter 10. ``separate`` and ``fused`` map the same component
+    names to counts of products; the optional ``multiply_adds`` (same
+    names) adds a second panel with the arithmetic, which fusing does not
+    change.
     """
     names = list(separate)
-    if list(fused) != names or (multiply_adds is not None and list(multiply_adds) != names):
-        raise ValueError(f"all mappings need the same components in the same order, got "
-                         f"{names}, {list(fused)}")
+    if list(fused) != names or (multiply_adds is not None
+                                and list(multiply_adds) != names):
+        raise ValueError("all mappings need the same components in the same "
+                         f"order, got {names}, {list(fused)}")
     panels = 1 if multiply_adds is None else 2
-    fig, axes = plt.subplots(panels, 1, figsize=(7.5, 0.55 * len(names) * panels + 1.6),
+    fig, axes = plt.subplots(panels, 1,
+                             figsize=(7.5, 0.55 * len(names) * panels + 1.6),
                              squeeze=False)
     y = np.arange(len(names))  # one row of bars per component
     ax = axes[0, 0]
-    for offset, data, label, color in ((-0.2, separate, "one product per head", HIGHLIGHT),
-                                       (0.2, fused, "heads fused / batched", "#1b9e77")):
+    for offset, data, label, color in (
+            (-0.2, separate, "one product per head", HIGHLIGHT),
+            (0.2, fused, "heads fused / batched", "#1b9e77")):
         vals = [data[k] for k in names]
         bars = ax.barh(y + offset, vals, height=0.4, label=label, color=color)
-        ax.bar_label(bars, labels=[f"{v:,}" for v in vals], fontsize=8, padding=2)
+        ax.bar_label(bars, labels=[f"{v:,}" for v in vals], fontsize=8,
+                     padding=2)
     ax.set_xscale("log")
-    ax.set_xlim(left=0.5)  # a bar of 1 product stays visible on the log axis
+    # a bar of 1 product stays visible on the log axis
+    ax.set_xlim(left=0.5)
     ax.set_xlabel("matrix products (log scale)")
     ax.legend(loc="lower right", fontsize=8)
     if multiply_adds is not None:
         ax2 = axes[1, 0]
         vals = [multiply_adds[k] for k in names]
         bars = ax2.barh(y, vals, height=0.5, color="#7570b3")
-        ax2.bar_label(bars, labels=[f"{v:.2g}" for v in vals], fontsize=8, padding=2)
+        ax2.bar_label(bars, labels=[f"{v:.2g}" for v in vals], fontsize=8,
+                      padding=2)
         ax2.set_xscale("log")
         ax2.set_xlabel("multiply-adds (log scale), the same either way")
     for a in axes[:, 0]:
@@ -448,26 +554,32 @@ def matmul_count_bars(separate, fused, multiply_adds=None, title=None) -> plt.Fi
     return fig
 
 
-def flops_vs_length(seq_lens, models, crossovers, contexts=None) -> plt.Figure:
-    """FLOPs of one forward pass against sequence length, log-log, one panel per model (stacked).
+def flops_vs_length(seq_lens, models, crossovers,
+                    contexts=None) -> plt.Figure:
+    """FLOPs of one forward pass against sequence length, log-log.
 
-    Book: chapter 11. ``models`` maps a model name to curves (name -> FLOPs at each
-    of ``seq_lens``); ``crossovers`` maps it to the length where the n^2 curve meets the
-    projections (dashed line); ``contexts`` to the model's context length (dotted line).
+    Book: chapter 11. One panel per model, stacked. ``models`` maps a model
+    name to curves (name -> FLOPs at each of ``seq_lens``); ``crossovers``
+    maps it to the length where the n^2 curve meets the projections
+    (dashed line); ``contexts`` to the model's context length (dotted
+    line).
     """
     n = np.asarray(seq_lens, dtype=float)
     if n.ndim != 1 or n.size < 2 or np.any(n <= 0):
-        raise ValueError(f"seq_lens must be at least two positive lengths, got {seq_lens!r}")
-    fig, axes = plt.subplots(len(models), 1, figsize=(6.5, 4.2 * len(models)), squeeze=False)
-    for ax, (name, curves) in zip(axes[:, 0], models.items()):
+        raise ValueError("seq_lens must be at least two positive lengths, "
+                         f"got {seq_lens!r}")
+    fig, axes = plt.subplots(len(models), 1,
+                             figsize=(6.5, 4.2 * len(models)), squeeze=False)
+    for ax, (name, curves) in zip(axes[:, 0], models.items(), strict=False):
         for label, values in curves.items():
             values = np.asarray(values, dtype=float)
             if values.shape != n.shape:
-                raise ValueError(f"curve {label!r} of {name} has {values.size} values for "
-                                 f"{n.size} lengths")
+                raise ValueError(f"curve {label!r} of {name} has "
+                                 f"{values.size} values for {n.size} lengths")
             ax.loglog(n, values, label=label, lw=2)
         ax.axvline(crossovers[name], ls="--", color="k", lw=1,
-                   label=f"$n^2$ = projections at n = {crossovers[name]:,.0f}")
+                   label=f"$n^2$ = projections at n = "
+                         f"{crossovers[name]:,.0f}")
         if contexts is not None:
             ax.axvline(contexts[name], ls=":", color="grey", lw=1.5,
                        label=f"context length {contexts[name]:,}")
@@ -479,4 +591,4 @@ def flops_vs_length(seq_lens, models, crossovers, contexts=None) -> plt.Figure:
     fig.tight_layout()
     return fig
 
-# --- end of Part II --------------------------------------------------------------------------
+# --- end of Part II --------------------------------------------------------

@@ -1,6 +1,7 @@
 """The sizes of the running example and the weights of multi-head attention.
 
-Book: Part I, chapter 2 "From input to output" (Dims) and chapter 4 "Multi-head attention" (Weights).
+Book: Part I, chapter 2 "From input to output" (Dims) and chapter 4
+"Multi-head attention" (Weights).
 
 Letters used in shape comments throughout ``mha_lit``:
 
@@ -24,10 +25,11 @@ __all__ = ["Dims", "Weights", "init_weights", "as_float_array"]
 
 @dataclass(frozen=True)
 class Dims:
-    """The five sizes of multi-head attention. Book: chapter 2, "From input to output".
+    """The five sizes of multi-head attention.
 
-    The defaults are the book's distinct primes, so every shape names its axes:
-    3 tokens, d_model 5, d_k 7, d_v 11, 2 heads (Concat is 3 x 22, W_O is 22 x 5).
+    Book: chapter 2, "From input to output". The defaults are the book's
+    distinct primes, so every shape names its axes: 3 tokens, d_model 5,
+    d_k 7, d_v 11, 2 heads (Concat is 3 x 22, W_O is 22 x 5).
     """
 
     tokens: int = 3
@@ -39,10 +41,13 @@ class Dims:
     def __post_init__(self) -> None:
         for name in ("tokens", "d_model", "d_k", "d_v", "heads"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"Dims.{name} must be a positive integer, got {value!r}")
+            if (isinstance(value, bool)
+                    or not isinstance(value, numbers.Integral)):
+                raise TypeError(f"Dims.{name} must be a positive integer, "
+                                f"got {value!r}")
             if value <= 0:
-                raise ValueError(f"Dims.{name} must be a positive integer, got {value}")
+                raise ValueError(f"Dims.{name} must be a positive integer, "
+                                 f"got {value}")
             object.__setattr__(self, name, int(value))
 
     @property
@@ -52,44 +57,51 @@ class Dims:
 
 
 def as_float_array(a, name: str, *, ndim: int | None = None) -> np.ndarray:
-    """Return ``a`` as a finite floating-point array, or raise an error that names it.
+    """Return ``a`` as a finite float array, or raise an error naming it.
 
-    Integers become float64; float16/32/64 keep their dtype. Booleans, complex numbers,
-    strings and objects are refused with ``TypeError``; NaN and +-inf with ``ValueError``.
+    Integers become float64; float16/32/64 keep their dtype. Booleans,
+    complex numbers, strings and objects are refused with ``TypeError``;
+    NaN and +-inf with ``ValueError``.
     """
-    arr = np.asanyarray(a)  # keeps ndarray subclasses (Part II counts products with one)
+    # keeps ndarray subclasses (Part II counts products with one)
+    arr = np.asanyarray(a)
     if arr.dtype == bool or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+        np.issubdtype(arr.dtype, np.integer)
+        or np.issubdtype(arr.dtype, np.floating)
     ):
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+        raise TypeError(
+            f"{name} must hold real numbers, got dtype {arr.dtype}")
     if not np.issubdtype(arr.dtype, np.floating):
         arr = arr.astype(np.float64)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(f"{name} of shape {arr.shape} holds {bad} NaN or infinite entries")
+        raise ValueError(f"{name} of shape {arr.shape} holds {bad} NaN or "
+                         "infinite entries")
     return arr
 
 
 def _frozen(a: np.ndarray, dtype) -> np.ndarray:
-    out = np.array(a, dtype=dtype, copy=True)  # a private copy nobody else can change
+    # a private copy nobody else can change
+    out = np.array(a, dtype=dtype, copy=True)
     out.flags.writeable = False
     return out
 
 
 @dataclass(frozen=True, eq=False)
 class Weights:
-    """All trainable matrices of one multi-head attention layer. Book: chapter 4, "Multi-head attention".
+    """All trainable matrices of one multi-head attention layer.
 
-    The per-head matrices are stacked along a leading head axis, so ``W_Q[0]`` is the book's W_{Q1}:
+    Book: chapter 4, "Multi-head attention". The per-head matrices are
+    stacked along a leading head axis, so ``W_Q[0]`` is the book's W_{Q1}:
 
         W_Q, W_K : (h, d_model, d_k)       (2, 5, 7) in the book
         W_V      : (h, d_model, d_v)       (2, 5, 11)
         W_O      : (h*d_v, d_model)        (22, 5)
 
-    Every shape is checked on construction; the arrays are private read-only copies in one
-    floating dtype (the widest of the four inputs).
+    Every shape is checked on construction; the arrays are private
+    read-only copies in one floating dtype (the widest of the four inputs).
     """
 
     W_Q: np.ndarray
@@ -107,23 +119,26 @@ class Weights:
         h, d_model, d_k = arrs["W_Q"].shape
         if arrs["W_K"].shape != (h, d_model, d_k):
             raise ValueError(
-                f"W_K has shape {arrs['W_K'].shape} but W_Q has shape {(h, d_model, d_k)}; "
+                f"W_K has shape {arrs['W_K'].shape} but W_Q has shape "
+                f"{(h, d_model, d_k)}; "
                 "both must be (heads, d_model, d_k)"
             )
         hv, dv_model, d_v = arrs["W_V"].shape
         if (hv, dv_model) != (h, d_model):
             raise ValueError(
-                f"W_V has shape {arrs['W_V'].shape} but W_Q has shape {(h, d_model, d_k)}; "
+                f"W_V has shape {arrs['W_V'].shape} but W_Q has shape "
+                f"{(h, d_model, d_k)}; "
                 f"W_V must be (heads = {h}, d_model = {d_model}, d_v)"
             )
         if arrs["W_O"].shape != (h * d_v, d_model):
             raise ValueError(
-                f"W_O has shape {arrs['W_O'].shape} but must be (heads * d_v, d_model) = "
+                f"W_O has shape {arrs['W_O'].shape} but must be "
+                "(heads * d_v, d_model) = "
                 f"({h} * {d_v}, {d_model}) = {(h * d_v, d_model)}"
             )
         if min(h, d_model, d_k, d_v) == 0:
-            raise ValueError(f"Weights need positive sizes, got heads={h}, d_model={d_model}, "
-                             f"d_k={d_k}, d_v={d_v}")
+            raise ValueError(f"Weights need positive sizes, got heads={h}, "
+                             f"d_model={d_model}, d_k={d_k}, d_v={d_v}")
         dtype = np.result_type(*arrs.values())
         for name, arr in arrs.items():
             object.__setattr__(self, name, _frozen(arr, dtype))
@@ -159,21 +174,25 @@ class Weights:
 
     def astype(self, dtype) -> Weights:
         """The same weights in another floating dtype."""
-        return Weights(*(getattr(self, n).astype(dtype) for n in ("W_Q", "W_K", "W_V", "W_O")))
+        return Weights(*(getattr(self, n).astype(dtype)
+                         for n in ("W_Q", "W_K", "W_V", "W_O")))
 
     def __repr__(self) -> str:
-        return (f"Weights(heads={self.heads}, d_model={self.d_model}, d_k={self.d_k}, "
-                f"d_v={self.d_v}, dtype={self.dtype})")
+        return (f"Weights(heads={self.heads}, d_model={self.d_model}, "
+                f"d_k={self.d_k}, d_v={self.d_v}, dtype={self.dtype})")
 
 
-def init_weights(dims: Dims | None = None, seed: int = 0, dtype=np.float64) -> Weights:
-    """Random weights for ``dims``, each entry N(0, 1/fan_in). Book: chapter 4, "Multi-head attention".
+def init_weights(dims: Dims | None = None, seed: int = 0,
+                 dtype=np.float64) -> Weights:
+    """Random weights for ``dims``, each entry N(0, 1/fan_in).
 
-    The same seed always gives the same weights; ``dtype`` may be float64 (default) or float32.
+    Book: chapter 4, "Multi-head attention". The same seed always gives the
+    same weights; ``dtype`` may be float64 (default) or float32.
     """
     dims = Dims() if dims is None else dims
     if not isinstance(dims, Dims):
-        raise TypeError(f"init_weights expects a Dims, got {type(dims).__name__}")
+        raise TypeError(
+            f"init_weights expects a Dims, got {type(dims).__name__}")
     dtype = np.dtype(dtype)
     if not np.issubdtype(dtype, np.floating):
         raise TypeError(f"init_weights needs a floating dtype, got {dtype}")
@@ -182,5 +201,6 @@ def init_weights(dims: Dims | None = None, seed: int = 0, dtype=np.float64) -> W
     W_Q = rng.standard_normal((h, d, dk)) / np.sqrt(d)  # (h, d_model, d_k)
     W_K = rng.standard_normal((h, d, dk)) / np.sqrt(d)  # (h, d_model, d_k)
     W_V = rng.standard_normal((h, d, dv)) / np.sqrt(d)  # (h, d_model, d_v)
-    W_O = rng.standard_normal((h * dv, d)) / np.sqrt(h * dv)  # (h*d_v, d_model)
+    W_O = (rng.standard_normal((h * dv, d))
+           / np.sqrt(h * dv))  # (h*d_v, d_model)
     return Weights(*(w.astype(dtype) for w in (W_Q, W_K, W_V, W_O)))
