@@ -88,7 +88,7 @@ def one_hot(token_ids, vocab_size: int) -> np.ndarray:
     if ids.size and (ids.min() < 0 or ids.max() >= V):
         raise ValueError(f"token ids must lie in 0 .. {V - 1} for "
                          f"vocab_size = {V}, got {ids.min()} .. {ids.max()}")
-    O = np.zeros((ids.size, V))  # (n, V)  # noqa: E741
+    O = np.zeros((ids.size, V))  # (n, V)
     O[np.arange(ids.size), ids] = 1.0  # one 1 per row
     return O
 

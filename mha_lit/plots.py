@@ -473,14 +473,14 @@ def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5,
 # --- Part II: counting matrix multiplications ------------------------------
 
 
-def one_hot_product(O, E, X) -> plt.Figure:  # noqa: E741
+def one_hot_product(O, E, X) -> plt.Figure:
     """The embedding as a product: one-hot O (n, V) times E (V, d_model).
 
     Book: chapter 9, "The embedding as a product". The product is
     X (n, d_model). The three matrices are drawn side by side as heatmaps,
     each titled with its shape.
     """
-    O, E, X = (np.asarray(a, dtype=float) for a in (O, E, X))  # noqa: E741
+    O, E, X = (np.asarray(a, dtype=float) for a in (O, E, X))
     if O.ndim != 2 or E.ndim != 2 or X.ndim != 2:
         raise ValueError("O, E, X must be matrices, got shapes "
                          f"{O.shape}, {E.shape}, {X.shape}")

@@ -6,7 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha_lit.fast as fast
-from mha_lit import Dims, init_weights, multi_head_attention, multi_head_attention_reference
+from mha_lit import (
+    Dims,
+    init_weights,
+    multi_head_attention,
+    multi_head_attention_reference,
+)
 from mha_lit.fast import (
     attend_block,
     attend_tiled,

@@ -18,7 +18,9 @@ import pybtex.plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.plain import Style as PlainStyle
 from pybtex.style.labels import BaseLabelStyle
-from pybtex.style.sorting.author_year_title import SortingStyle as AuthorYearTitleSorting
+from pybtex.style.sorting.author_year_title import (
+    SortingStyle as AuthorYearTitleSorting,
+)
 
 
 def _last_name(person) -> str:
