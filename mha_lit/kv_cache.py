@@ -64,7 +64,7 @@ class KVCache:
         return _readonly(self._V[:, : self._n])
 
     def _check_row(self, x) -> np.ndarray:
-        x = np.asarray(x)
+        x = np.asanyarray(x)  # keeps ndarray subclasses (chapter 10)
         if x.ndim != 1 or x.shape[0] != self.W.d_model:
             raise ValueError("a KV-cache step takes one row x of shape "
                              f"(d_model,) = ({self.W.d_model},), "

@@ -174,3 +174,27 @@ def test_multiply_add_counts_refuse_bad_n(bad):
     for f in (step_multiply_adds, recompute_multiply_adds):
         with pytest.raises(ValueError, match="n must be a positive number of tokens"):
             f(bad, Dims())
+
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_a_real_step_does_work_linear_in_the_cache_length(dims):
+    """Watch the matrix products an actual KVCache.step performs (the projections
+    and W_O are matrix-vector products, the same for every n): the only products
+    that touch the cache are one row of scores and one weighted sum of values per
+    head, h (n + 1)(d_k + d_v) multiply-adds, so a step is O(n d), never O(n^2 d)."""
+    from mha_lit import counting
+
+    W = init_weights(dims, seed=11)
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((30, dims.d_model))
+    for n in (0, 1, 6, 29):
+        cache = KVCache(W)
+        cache.extend(X[:n])  # n rows cached
+        with counting.record_matmuls() as log:
+            y = cache.step(log.track(X[n]))
+        assert len(cache) == n + 1
+        shapes = [r.out_shape for r in log.records]
+        assert shapes == [(dims.heads, 1, n + 1), (dims.heads, 1, dims.d_v)]
+        assert log.multiply_adds == dims.heads * (n + 1) * (dims.d_k + dims.d_v)
+        assert np.allclose(y, multi_head_attention(X[: n + 1], W)[-1], atol=1e-12)
