@@ -24,7 +24,13 @@ from .block import (
     layer_norm,
     residual,
 )
-from .encoding import embed, sinusoidal_encoding
+from .encoding import (
+    VOCABULARY,
+    embed,
+    example_table,
+    sentence,
+    sinusoidal_encoding,
+)
 from .kv_cache import KVCache, recompute_multiply_adds, step_multiply_adds
 from .shapes import Dims, Weights, init_weights
 
@@ -34,6 +40,9 @@ __all__ = [
     "init_weights",
     "sinusoidal_encoding",
     "embed",
+    "VOCABULARY",
+    "example_table",
+    "sentence",
     "softmax",
     "causal_mask",
     "attention_weights",

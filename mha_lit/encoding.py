@@ -11,7 +11,13 @@ import numpy as np
 
 from .shapes import as_float_array
 
-__all__ = ["sinusoidal_encoding", "embed"]
+__all__ = ["sinusoidal_encoding", "embed", "VOCABULARY", "example_table",
+           "sentence"]
+
+# The running example's vocabulary: 13 words, a prime like every size in
+# the book, so the embedding table is (13, d_model).
+VOCABULARY = ("<end>", "a", "cat", "dog", "mat", "on", "ran", "sat", "saw",
+              "the", "to", "under", "was")
 
 
 def sinusoidal_encoding(n: int, d_model: int,
@@ -55,3 +61,31 @@ def embed(token_ids, table) -> np.ndarray:
                          f"has {vocab} rows), got {ids.tolist()}")
     E = table[ids]  # (n, d_model): one embedding row per token
     return E + sinusoidal_encoding(len(ids), d_model)  # (n, d_model)
+
+
+def example_table(rng: np.random.Generator,
+                  d_model: int = 5) -> np.ndarray:
+    """The running example's embedding table. Book: chapter 2, "Tokens become vectors".
+
+    One row of N(0, 1/4) numbers per word of VOCABULARY, drawn from
+    ``rng``: (13, d_model). Chapters 2-7 draw it first from
+    ``np.random.default_rng(2)``, so they all share the same X.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"example_table needs a numpy Generator, got "
+                        f"{type(rng).__name__}")
+    return rng.standard_normal((len(VOCABULARY), d_model)) / 2  # (13, d)
+
+
+def sentence(words, table) -> np.ndarray:
+    """X for a sentence of VOCABULARY words. Book: chapter 2, "The input X".
+
+    Looks each word up in VOCABULARY and returns ``embed(ids, table)``:
+    embedding rows plus positions, (n, d_model).
+    """
+    unknown = [w for w in words if w not in VOCABULARY]
+    if unknown:
+        raise ValueError(f"words not in the vocabulary: {unknown}; "
+                         f"VOCABULARY has {len(VOCABULARY)} words")
+    ids = [VOCABULARY.index(w) for w in words]  # n token ids
+    return embed(ids, table)  # (n, d_model)

@@ -64,3 +64,26 @@ def test_embed_refuses_bad_ids_and_tables():
         embed([0.5], table)
     with pytest.raises(ValueError, match="2-D"):
         embed([0], np.ones(5))
+
+
+def test_running_example_vocabulary_table_and_sentence():
+    from mha_lit import VOCABULARY, embed, example_table, sentence
+
+    assert len(VOCABULARY) == 13 and len(set(VOCABULARY)) == 13
+    table = example_table(np.random.default_rng(2), 5)
+    assert table.shape == (13, 5)
+    assert np.array_equal(table, example_table(np.random.default_rng(2), 5))
+    X = sentence(["the", "cat", "sat"], table)
+    ids = [VOCABULARY.index(w) for w in ("the", "cat", "sat")]
+    assert X.shape == (3, 5)
+    assert np.array_equal(X, embed(ids, table))
+    assert np.array_equal(sentence(["the", "cat", "sat", "on"], table)[:3], X)
+
+
+def test_running_example_refuses_bad_input():
+    from mha_lit import example_table, sentence
+
+    with pytest.raises(ValueError, match=r"words not in the vocabulary: \['dragon'\]"):
+        sentence(["the", "dragon"], example_table(np.random.default_rng(0)))
+    with pytest.raises(TypeError, match="numpy Generator, got int"):
+        example_table(2)
