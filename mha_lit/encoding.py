@@ -65,11 +65,11 @@ def embed(token_ids, table) -> np.ndarray:
 
 def example_table(rng: np.random.Generator,
                   d_model: int = 5) -> np.ndarray:
-    """The running example's embedding table. Book: chapter 2, "Tokens become vectors".
+    """The running example's embedding table, (13, d_model).
 
-    One row of N(0, 1/4) numbers per word of VOCABULARY, drawn from
-    ``rng``: (13, d_model). Chapters 2-7 draw it first from
-    ``np.random.default_rng(2)``, so they all share the same X.
+    Book: chapter 2, "Tokens become vectors". One row of N(0, 1/4)
+    numbers per word of VOCABULARY, drawn from ``rng``. Chapters 2-7 draw
+    it first from ``np.random.default_rng(2)``, so they share the same X.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"example_table needs a numpy Generator, got "
