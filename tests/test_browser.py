@@ -249,7 +249,7 @@ def _notation_rows() -> dict[str, tuple[int, ...]]:
 
 def test_notation_page_states_the_sizes_the_code_uses():
     """The sizes on the notation page are those of mha_lit's running example, row by row."""
-    from mha_lit import Dims, init_block_weights, init_weights
+    from mha_lit import VOCABULARY, Dims, init_block_weights, init_weights
 
     dims = Dims()
     W = init_weights(dims, seed=0)
@@ -260,7 +260,7 @@ def test_notation_page_states_the_sizes_the_code_uses():
     expected = {
         r"$n$": (dims.tokens,), r"$d_\text{model}$": (dims.d_model,), r"$d_k$": (dims.d_k,),
         r"$d_v$": (dims.d_v,), r"$h$": (dims.heads,), r"$h\,d_v$": (dims.concat,),
-        r"$d_\text{ff}$": (B.W_1.shape[1],),
+        r"$d_\text{ff}$": (B.W_1.shape[1],), r"$n_\text{vocab}$": (len(VOCABULARY),),
         r"$X$": X.shape, r"$W_{Qi}$, $W_{Ki}$": W.W_K.shape[1:], r"$W_{Vi}$": W.W_V.shape[1:],
         r"$Q_i$, $K_i$": Q.shape, r"$V_i$": V.shape, r"$Q_i K_i^\top$": (Q @ Q.T).shape,
         r"$H_i$": V.shape, r"$\operatorname{Concat}(H_1, H_2)$": (dims.tokens, dims.concat),
