@@ -554,15 +554,16 @@ def matmul_count_bars(separate, fused, multiply_adds=None,
     return fig
 
 
-def flops_vs_length(seq_lens, models, crossovers,
-                    contexts=None) -> plt.Figure:
+def flops_vs_length(seq_lens, models, crossovers, contexts=None,
+                    crossovers_ffn=None) -> plt.Figure:
     """FLOPs of one forward pass against sequence length, log-log.
 
     Book: chapter 11. One panel per model, stacked. ``models`` maps a model
     name to curves (name -> FLOPs at each of ``seq_lens``); ``crossovers``
     maps it to the length where the n^2 curve meets the projections
     (dashed line); ``contexts`` to the model's context length (dotted
-    line).
+    line); ``crossovers_ffn`` to the length where n^2 meets projections
+    plus feed-forward network (dash-dot line).
     """
     n = np.asarray(seq_lens, dtype=float)
     if n.ndim != 1 or n.size < 2 or np.any(n <= 0):
@@ -580,6 +581,10 @@ def flops_vs_length(seq_lens, models, crossovers,
         ax.axvline(crossovers[name], ls="--", color="k", lw=1,
                    label=f"$n^2$ = projections at n = "
                          f"{crossovers[name]:,.0f}")
+        if crossovers_ffn is not None:
+            ax.axvline(crossovers_ffn[name], ls="-.", color="k", lw=1,
+                       label="$n^2$ = projections + feed-forward at n = "
+                             f"{crossovers_ffn[name]:,.0f}")
         if contexts is not None:
             ax.axvline(contexts[name], ls=":", color="grey", lw=1.5,
                        label=f"context length {contexts[name]:,}")
@@ -588,6 +593,81 @@ def flops_vs_length(seq_lens, models, crossovers,
         ax.set_ylabel("FLOPs per forward pass")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+SKIPPED, MASKED, COMPUTED = 0, 1, 2  # kinds of score block, chapter 12
+
+
+def causal_block_kinds(n: int, block: int | None = None) -> np.ndarray:
+    """Which (query block, key block) of S a causal blocked pass computes.
+
+    Book: chapter 12, "Skipping the masked blocks". Blocks of ``block``
+    rows (default ``fast.BLOCK_ROWS``) both ways; the query rows
+    r0 .. r1-1 meet keys 0 .. r1-1 only, as in ``fast.attend_block``.
+    Returns (k, k) of COMPUTED, MASKED (computed, then partly masked) or
+    SKIPPED, with k = ceil(n / block).
+    """
+    from .fast import BLOCK_ROWS
+    block = BLOCK_ROWS if block is None else block
+    if n < 1 or block < 1:
+        raise ValueError(f"n and block must be positive, got {n}, {block}")
+    starts = range(0, n, block)
+    kinds = np.full((len(starts), len(starts)), SKIPPED)  # (k, k)
+    for i, r0 in enumerate(starts):
+        keys = min(r0 + block, n)  # the keys this query block meets
+        for j, c0 in enumerate(starts):
+            last_key = min(c0 + block, n) - 1
+            if c0 < keys:
+                kinds[i, j] = MASKED if last_key > r0 else COMPUTED
+    return kinds
+
+
+def causal_block_grid(n: int, block: int | None = None) -> plt.Figure:
+    """The score blocks of a causal pass: computed, masked or skipped.
+
+    Book: chapter 12, "Skipping the masked blocks". Draws
+    ``causal_block_kinds(n, block)`` at the true sizes of the blocks; the
+    title gives the share of the n^2 score entries that is skipped.
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch, Polygon
+
+    from .fast import BLOCK_ROWS
+    block = BLOCK_ROWS if block is None else block
+    kinds = causal_block_kinds(n, block)  # (k, k)
+    edges = np.minimum(np.arange(0, n + block, block), n)  # (k + 1,)
+    sizes = np.diff(edges)  # (k,) rows of each block
+    skipped = (np.outer(sizes, sizes) * (kinds == SKIPPED)).sum() / n**2
+    colors = {SKIPPED: "#f2f2f2", MASKED: HIGHLIGHT, COMPUTED: "#1b9e77"}
+    cmap = ListedColormap([colors[k] for k in (SKIPPED, MASKED, COMPUTED)])
+    fig, ax = plt.subplots(figsize=(5.6, 6.2))
+    ax.pcolormesh(edges, edges, kinds, cmap=cmap, vmin=-0.5, vmax=2.5,
+                  edgecolors="white", linewidth=1.5)
+    ax.plot([0, n], [0, n], color="k", lw=1)  # key index = query index
+    for i in np.flatnonzero(np.diag(kinds) == MASKED):
+        r0, r1 = edges[i], edges[i + 1]  # the masked part: keys after query
+        ax.add_patch(Polygon([(r0, r0), (r1, r0), (r1, r1)], fill=False,
+                             hatch="///", edgecolor="white", lw=0))
+    ax.set_xlim(0, n)
+    ax.set_ylim(n, 0)
+    ax.set_aspect("equal")
+    ax.set_xticks(edges[:-1])
+    ax.set_yticks(edges[:-1])
+    ax.tick_params(labelsize=7)
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("first key of the block (columns of S)")
+    ax.set_ylabel("first query of the block (rows of S)")
+    names = {COMPUTED: "computed in full", MASKED: "computed, then the "
+             "hatched half masked", SKIPPED: "skipped, never computed"}
+    ax.legend(handles=[Patch(color=colors[k], label=f"{names[k]} "
+                             f"({(kinds == k).sum()})")
+                       for k in (COMPUTED, MASKED, SKIPPED)],
+              loc="upper center", bbox_to_anchor=(0.5, -0.02), fontsize=8)
+    ax.set_title(f"n = {n}, blocks of {block}: {skipped:.0%} of the "
+                 "score entries skipped", fontsize=10, pad=8)
     fig.tight_layout()
     return fig
 

@@ -251,10 +251,42 @@ def test_flops_vs_length_draws_curves_and_marks():
     assert np.array_equal(ax.lines[1].get_ydata(), n**2 * 1.0)
     assert ax.lines[2].get_xdata()[0] == 5 and ax.lines[3].get_xdata()[0] == 64
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    fig = plots.flops_vs_length(n, models, {"m1": 5, "m2": 3.5}, {"m1": 64, "m2": 32},
+                                crossovers_ffn={"m1": 15, "m2": 10.5})
+    marks = [(ln.get_xdata()[0], ln.get_linestyle()) for ln in fig.axes[1].lines[2:]]
+    assert marks == [(3.5, "--"), (10.5, "-."), (32, ":")]
     with pytest.raises(ValueError, match="2 values for 3 lengths"):
         plots.flops_vs_length(n, {"m": {"x": [1, 2]}}, {"m": 1})
     with pytest.raises(ValueError, match="positive"):
         plots.flops_vs_length([0, 1], models, {"m1": 1, "m2": 1})
+
+
+@pytest.mark.parametrize("n, block", [(1024, None), (1000, 128), (37, 5), (6, 1), (3, 8)])
+def test_causal_block_grid_kinds_match_a_brute_force_count(n, block):
+    from mha_lit import fast
+
+    B = fast.BLOCK_ROWS if block is None else block
+    allowed = np.tril(np.ones((n, n), dtype=bool))  # key j <= query i
+    expected = []  # brute force: look at every entry of every tile
+    for r0 in range(0, n, B):
+        row = []
+        for c0 in range(0, n, B):
+            tile = allowed[r0:r0 + B, c0:c0 + B]
+            row.append(plots.COMPUTED if tile.all() else plots.MASKED if tile.any()
+                       else plots.SKIPPED)
+        expected.append(row)
+    kinds = plots.causal_block_kinds(n, block)
+    assert np.array_equal(kinds, expected)
+    fig = plots.causal_block_grid(n, block)
+    drawn = np.asarray(fig.axes[0].collections[0].get_array()).reshape(kinds.shape)
+    assert np.array_equal(drawn, kinds)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    counts = [int(t.rsplit("(", 1)[1].rstrip(")")) for t in legend]
+    assert counts == [(kinds == k).sum() for k in (plots.COMPUTED, plots.MASKED, plots.SKIPPED)]
+    skipped_entries = n * n - sum(min(r0 + B, n) * (min(r0 + B, n) - r0) for r0 in range(0, n, B))
+    assert f"{skipped_entries / n**2:.0%} of the score entries skipped" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="positive"):
+        plots.causal_block_kinds(0, 4)
 
 # --- end of Part II --------------------------------------------------------------------------
 
