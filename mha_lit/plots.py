@@ -400,7 +400,7 @@ def _gpt_arrow(ax, points, gid: str) -> None:
 def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
     """The dashed frame around the nodes of one block.
 
-    It is labelled "× N" on its right.
+    It is labelled "× L" (L blocks) on its right.
     """
     from matplotlib.patches import FancyBboxPatch
 
@@ -410,7 +410,7 @@ def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
                                 boxstyle="round,pad=0,rounding_size=0.2",
                                 ls="--", lw=1.1, edgecolor="#777777",
                                 gid="frame"))
-    ax.text(right + 0.1, (top + bottom) / 2, f"× N   ({n_text})",
+    ax.text(right + 0.1, (top + bottom) / 2, f"× L   ({n_text})",
             rotation=270, ha="left", va="center", fontsize=12)
 
 

@@ -173,7 +173,7 @@ def test_gpt_block_diagram_post_ln_boxes_arrows_and_shapes():
     assert arrows.count("arrow") == len(nodes) - 1 and arrows.count("residual") == 2
     assert all(title in texts for title in nodes)
     assert "GELU, per row: 5 → 13 → 5" in texts and texts.count("3 × 5") == 5
-    assert any(t.startswith("× N") for t in texts)
+    assert any(t.startswith("× L") for t in texts)
     assert [p.get_gid() for p in fig.axes[0].patches].count("frame") == 1
 
 
