@@ -155,7 +155,12 @@ def test_float32_in_float32_out(dims):
     arrays(np.float64, 5, elements=st.floats(-3, 3)),
 )
 def test_changing_row_k_moves_no_earlier_output(n, k, delta):
-    """Causality: output row i depends only on input rows 1..i."""
+    """Causality: output row i depends only on input rows 1..i.
+
+    Compared in every bit, which is fair: X and X2 have the same shape, so each entry is
+    computed by the same operations in the same order, and row k reaches earlier rows only
+    through masked scores and exact-zero weights.
+    """
     k = k % n
     W = init_weights(Dims(tokens=n), seed=n)
     X = np.random.default_rng(k).standard_normal((n, 5))

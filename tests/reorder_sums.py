@@ -1,0 +1,159 @@
+"""Run the book's code as if on another CPU: every matrix product sums in another order.
+
+A BLAS library picks its kernel by CPU and blocks its sums by the shapes it is given, so one
+product can round differently on a reader's machine, or when a matrix gains a row. A stored
+output or an ``assert`` that depends on those last bits passes where the outputs were written
+and fails elsewhere. This module makes such a dependence fail here.
+
+Loaded into a Jupyter kernel as an IPython extension (``--IPKernelApp.extensions=reorder_sums``),
+it rewrites every ``a @ b`` in the notebook's cells, and in every ``mha_lit`` module the kernel
+imports, into ``matmul_in_another_order(a, b)``: the same product with the sum over the shared
+axis split in two at a point chosen from the operands' shapes. Mathematically nothing changes;
+in floating point the association of the sum does, so last bits move as they would under
+another kernel. A product whose sums are exact (small integers, one-hot selections, a zero
+weight times anything) is exact in every order and is unchanged. Products of the same shapes
+split at the same point, so a computation repeated on the same sizes still repeats itself, as
+it does on any one machine.
+
+``tests/test_reader_machines.py`` re-executes every notebook of the book in such a kernel and
+compares each cell's outputs with the stored ones (strict nbval).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import tracemalloc
+
+import numpy as np
+
+CALL_NAME = "__matmul_in_another_order__"
+PACKAGE = "mha_lit"
+
+
+def split_point(m: int, k: int, n: int) -> int:
+    """Where the sum over k terms is split, for an (m, k) @ (k, n) product: 1 .. k-1.
+
+    Adding a row (m + 1) or a column (n + 1) moves the split point, as a change of shape can
+    change a BLAS kernel's blocking.
+    """
+    return 1 + (m + n) % (k - 1)
+
+
+def matmul_in_another_order(a, b):
+    """``a @ b``, with the sum over the shared axis split in two by ``split_point``.
+
+    Anything that is not a pair of floating NumPy arrays (SymPy matrices, integer arrays) is
+    multiplied as usual, and so is a pair whose shapes do not fit, so that NumPy raises its own
+    error. An ndarray subclass (chapter 10's tracked arrays) still sees its one ``@``, and the
+    product it returns then holds the reordered values, as the plain arrays would. While
+    ``tracemalloc`` traces (a cell measuring peak memory), products are left as they are: the
+    split would add temporaries that the measured code does not allocate.
+    """
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return a @ b
+    if tracemalloc.is_tracing():
+        return a @ b
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        product = a @ b  # the subclass's own bookkeeping
+        if isinstance(product, np.ndarray):
+            product.view(np.ndarray)[...] = matmul_in_another_order(
+                np.asarray(a), np.asarray(b))
+        return product
+    if a.ndim == 0 or b.ndim == 0 or not (
+            a.dtype.kind in "fc" or b.dtype.kind in "fc"):
+        return a @ b
+    k = a.shape[-1]
+    b_k = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if k != b_k or k < 3:
+        return a @ b
+    m = a.shape[-2] if a.ndim >= 2 else 1
+    n = b.shape[-1] if b.ndim >= 2 else 1
+    s = split_point(m, k, n)
+    if b.ndim == 1:
+        head, tail = b[:s], b[s:]
+    else:
+        head, tail = b[..., :s, :], b[..., s:, :]
+    return a[..., :s] @ head + a[..., s:] @ tail
+
+
+class _MatmulToCall(ast.NodeTransformer):
+    """``a @ b`` becomes ``__matmul_in_another_order__(a, b)``; ``a @= b`` likewise."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.MatMult):
+            return node
+        call = ast.Call(ast.Name(CALL_NAME, ast.Load()), [node.left, node.right], [])
+        return ast.copy_location(call, node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.MatMult):
+            return node
+        load = ast.Name(node.target.id, ast.Load()) if isinstance(node.target, ast.Name) else None
+        if load is None:  # a[i] @= b: rare; leave it to NumPy
+            return node
+        call = ast.Call(ast.Name(CALL_NAME, ast.Load()), [load, node.value], [])
+        return ast.copy_location(ast.Assign([node.target], call), node)
+
+
+def rewrite(tree: ast.AST) -> ast.AST:
+    """The tree with every matrix product routed through ``matmul_in_another_order``."""
+    return ast.fix_missing_locations(_MatmulToCall().visit(tree))
+
+
+class _RewritingLoader(importlib.machinery.SourceFileLoader):
+    """Loads a module from its source with the products rewritten; never reads or writes .pyc."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        tree = rewrite(ast.parse(self.get_data(path), path))
+        return compile(tree, path, "exec", dont_inherit=True)
+
+
+class _PackageFinder(importlib.abc.MetaPathFinder):
+    """Finds ``mha_lit`` and its modules as usual, then hands them to the rewriting loader."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != PACKAGE and not fullname.startswith(PACKAGE + "."):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.origin is None or not spec.origin.endswith(".py"):
+            return spec
+        return importlib.util.spec_from_file_location(
+            fullname, spec.origin, loader=_RewritingLoader(fullname, spec.origin),
+            submodule_search_locations=spec.submodule_search_locations)
+
+
+def install() -> None:
+    """Route every product of ``mha_lit`` (imported from now on) through the reordering."""
+    if any(module == PACKAGE or module.startswith(PACKAGE + ".") for module in sys.modules):
+        raise RuntimeError(f"{PACKAGE} is already imported; install the reordering first")
+    setattr(builtins, CALL_NAME, matmul_in_another_order)
+    if not any(isinstance(f, _PackageFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PackageFinder())
+
+
+class _CellTransformer(ast.NodeTransformer):
+    """IPython's hook for rewriting each cell's syntax tree before it runs."""
+
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        return rewrite(node)
+
+
+def load_ipython_extension(ipython) -> None:
+    """IPython entry point: rewrite the cells' products and mha_lit's."""
+    install()
+    ipython.ast_transformers.append(_CellTransformer())
