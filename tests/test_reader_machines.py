@@ -105,7 +105,10 @@ def test_other_operands_are_multiplied_as_usual():
 
 def _avx512_features() -> list[str]:
     """NumPy's AVX-512 dispatch targets this CPU has: disabling them selects the AVX2 loops."""
-    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    from numpy._core._multiarray_umath import (
+        __cpu_dispatch__,
+        __cpu_features__,
+    )
 
     return [f for f in __cpu_dispatch__
             if (f.startswith("AVX512") or f == "X86_V4") and __cpu_features__.get(f)]
