@@ -3,7 +3,8 @@
 The book: "Multi-Head Attention, Computed". Read the modules in the
 book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
 ``attention`` (softmax, causal mask, one head, many heads), ``kv_cache``,
-``block`` (the GPT block), ``symbolic`` (SymPy).
+``block`` (the GPT block; GPT-2's exactly, with attention biases),
+``symbolic`` (SymPy).
 """
 
 from . import counting, plots, symbolic
@@ -19,6 +20,7 @@ from .block import (
     BlockWeights,
     feed_forward,
     gelu,
+    gpt2_attention_weights,
     gpt_block,
     init_block_weights,
     layer_norm,
@@ -59,6 +61,7 @@ __all__ = [
     "BlockWeights",
     "init_block_weights",
     "gpt_block",
+    "gpt2_attention_weights",
     "symbolic",
     "counting",
     "plots",

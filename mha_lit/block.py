@@ -7,16 +7,21 @@ Letters in shape comments (see ``mha_lit.shapes`` for the others):
 
     n        tokens (rows of X)                         3 in the book
     d_model  width of a token vector                    5
-    d_ff     hidden width of the feed-forward network   13 (GPT: 4 d_model)
+    d_ff     hidden width of the feed-forward network   17 (GPT: 4 d_model)
 
 Every function here except multi-head attention works on each row of X
 by itself; that is why the block stays causal (row N of the output
 depends on rows 1..N of the input only).
+
+With attention biases (``init_block_weights(..., attn_biases=True)``, or
+GPT-2's own arrays through ``gpt2_attention_weights``) the pre-LN block
+is GPT-2's block exactly: chapter 8, "GPT-2's block, exactly".
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +37,7 @@ __all__ = [
     "BlockWeights",
     "init_block_weights",
     "gpt_block",
+    "gpt2_attention_weights",
 ]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -131,11 +137,12 @@ class BlockWeights:
         gamma_1, beta_1  (d_model,)         layer norm 1, at attention  (5,)
         attn             Weights            chapter 4; W_O is (22, 5)
         gamma_2, beta_2  (d_model,)         layer norm 2, at the FFN    (5,)
-        W_1, b_1         (d_model, d_ff), (d_ff,)           (5, 13), (13,)
-        W_2, b_2         (d_ff, d_model), (d_model,)        (13, 5), (5,)
+        W_1, b_1         (d_model, d_ff), (d_ff,)           (5, 17), (17,)
+        W_2, b_2         (d_ff, d_model), (d_model,)        (17, 5), (5,)
 
-    Every shape is checked on construction; arrays become private
-    read-only copies.
+    ``attn`` may carry attention biases b_Q, b_K, b_V, b_O, as GPT-2's
+    block does (chapter 8, "GPT-2's block, exactly"). Every shape is
+    checked on construction; arrays become private read-only copies.
     """
 
     gamma_1: np.ndarray
@@ -182,12 +189,15 @@ class BlockWeights:
         return self.W_1.shape[1]
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every trainable array by name, attention's four included."""
-        attn = {n: getattr(self.attn, n)
-                for n in ("W_Q", "W_K", "W_V", "W_O")}
+        """Every trainable array by name, attention's included.
+
+        Attention's are W_Q, W_K, W_V, W_O and, if it has them, its
+        biases b_Q, b_K, b_V, b_O (chapter 8, "GPT-2's block, exactly").
+        """
         names = ("gamma_1", "beta_1", "gamma_2", "beta_2",
                  "W_1", "b_1", "W_2", "b_2")
-        return {**attn, **{n: getattr(self, n) for n in names}}
+        return {**self.attn.arrays(),
+                **{n: getattr(self, n) for n in names}}
 
     def __repr__(self) -> str:
         a = self.attn
@@ -195,8 +205,9 @@ class BlockWeights:
                 f"d_k={a.d_k}, d_v={a.d_v}, d_ff={self.d_ff})")
 
 
-def init_block_weights(dims: Dims | None = None, d_ff: int = 13,
-                       seed: int = 0) -> BlockWeights:
+def init_block_weights(dims: Dims | None = None, d_ff: int = 17,
+                       seed: int = 0, *,
+                       attn_biases: bool = False) -> BlockWeights:
     """Random weights of one GPT block.
 
     Book: chapter 8, "The weights of a block".
@@ -205,11 +216,13 @@ def init_block_weights(dims: Dims | None = None, d_ff: int = 13,
     earlier chapters. A new GPT starts with gains 1 and biases 0; here
     gains are 1 + N(0, 0.1^2) and biases N(0, 0.1^2), so that every
     parameter changes the output. W_1 and W_2 are N(0, 1/fan_in).
+    ``attn_biases=True`` gives attention GPT-2's biases too (chapter 8,
+    "GPT-2's block, exactly"); nothing else changes.
     """
     dims = Dims() if dims is None else dims
     if isinstance(d_ff, bool) or not isinstance(d_ff, int) or d_ff <= 0:
         raise ValueError(f"d_ff must be a positive integer, got {d_ff!r}")
-    attn = init_weights(dims, seed=seed)
+    attn = init_weights(dims, seed=seed, biases=attn_biases)
     rng = np.random.default_rng([seed, 8])  # independent of attn's stream
     d = dims.d_model
     gamma_1, gamma_2 = 1 + 0.1 * rng.standard_normal((2, d))  # (d,) each
@@ -230,6 +243,8 @@ def gpt_block(X, B: BlockWeights, pre_ln: bool = True) -> np.ndarray:
         X' = X + MHA(LN_1(X)),     Z = X' + FFN(LN_2(X')).
     ``pre_ln=False``, GPT's (and the original transformer's):
         X' = LN_1(X + MHA(X)),     Z = LN_2(X' + FFN(X')).
+    With attention biases in ``B.attn``, ``pre_ln=True`` computes GPT-2's
+    block exactly, up to rounding (chapter 8, "GPT-2's block, exactly").
     """
     if not isinstance(B, BlockWeights):
         raise TypeError("B must be mha_lit.BlockWeights, got "
@@ -257,3 +272,60 @@ def gpt_block(X, B: BlockWeights, pre_ln: bool = True) -> np.ndarray:
         return residual(X_mid, lambda x: ffn(ln_2(x)))  # (n, d_model)
     X_mid = ln_1(residual(X, mha))  # (n, d_model)
     return ln_2(residual(X_mid, ffn))  # (n, d_model)
+
+
+def gpt2_attention_weights(c_attn_w, c_attn_b, c_proj_w, c_proj_b,
+                           heads: int) -> Weights:
+    """GPT-2's fused attention arrays as Weights, biases included.
+
+    Book: chapter 8, "GPT-2's block, exactly". GPT-2 computes
+    x @ c_attn_w + c_attn_b, (d_model,) -> (3 d_model,), splits it into
+    q, k, v of d_model columns each, and each of those into ``heads``
+    heads of d_head = d_model / heads consecutive columns: head i of q is
+    columns i d_head .. (i+1) d_head - 1, so W_Q[i] is those columns of
+    c_attn_w and b_Q[i] those entries of c_attn_b (k, v: shifted by
+    d_model, 2 d_model). The merged heads are Concat; c_proj_w (d_model,
+    d_model) is W_O and c_proj_b is b_O.
+    """
+    c_attn_w, c_attn_b, c_proj_w, c_proj_b = _check_gpt2_attention(
+        c_attn_w, c_attn_b, c_proj_w, c_proj_b, heads)
+    d = c_attn_w.shape[0]  # d_model
+    d_head = d // heads
+    # column s d + i d_head + j: part s (q, k, v), head i, entry j
+    W = c_attn_w.reshape(d, 3, heads, d_head)  # (d_model, 3, h, d_head)
+    W = W.transpose(1, 2, 0, 3)  # (3, h, d_model, d_head)
+    b = c_attn_b.reshape(3, heads, d_head)  # (3, h, d_head)
+    return Weights(W_Q=W[0], W_K=W[1], W_V=W[2], W_O=c_proj_w,
+                   b_Q=b[0], b_K=b[1], b_V=b[2], b_O=c_proj_b)
+
+
+def _check_gpt2_attention(c_attn_w, c_attn_b, c_proj_w, c_proj_b,
+                          heads) -> tuple[np.ndarray, ...]:
+    """The four GPT-2 arrays as float arrays, or an error naming shapes.
+
+    Book: chapter 8, "GPT-2's block, exactly".
+    """
+    if (isinstance(heads, bool) or not isinstance(heads, numbers.Integral)
+            or heads <= 0):
+        raise ValueError(f"heads must be a positive integer, got {heads!r}")
+    c_attn_w = as_float_array(c_attn_w, "c_attn_w", ndim=2)
+    d = c_attn_w.shape[0]  # d_model
+    if c_attn_w.shape != (d, 3 * d):
+        raise ValueError(
+            f"c_attn_w has shape {c_attn_w.shape} but must be (d_model, "
+            f"3 * d_model) = {(d, 3 * d)}: q, k, v side by side")
+    if d % heads:
+        raise ValueError(
+            f"d_model = {d} is not divisible by heads = {heads}: each "
+            "head needs d_model / heads columns")
+    out = [c_attn_w]
+    for name, a, want in (("c_attn_b", c_attn_b, (3 * d,)),
+                          ("c_proj_w", c_proj_w, (d, d)),
+                          ("c_proj_b", c_proj_b, (d,))):
+        a = as_float_array(a, name)  # should be want
+        if a.shape != want:
+            raise ValueError(f"{name} has shape {a.shape} but must be "
+                             f"{want}: c_attn_w is {c_attn_w.shape}, so "
+                             f"d_model = {d}")
+        out.append(a)
+    return tuple(out)

@@ -24,10 +24,11 @@ def sinusoidal_encoding(n: int, d_model: int,
                         base: float = 10000.0) -> np.ndarray:
     """Sinusoidal positional encoding. Book: chapter 2, "Positional encoding".
 
-    P is (n, d_model). Vaswani et al. (2017), positions counted from 0:
-    P[pos, 2i] = sin(pos / base^(2i / d_model)) and
-    P[pos, 2i + 1] = cos(pos / base^(2i / d_model)).
-    An odd d_model (5 in the book) simply ends on a sine column.
+    P is (n, d_model), after Vaswani et al. (2017). In Python's indices,
+    from 0: row p (the book's token t = p + 1) and column col hold
+    sin(p / base^(2 (col // 2) / d_model)) for even col and the cosine of
+    the same angle for odd col; the book's pair j is columns 2j - 2 and
+    2j - 1. An odd d_model (5 in the book) simply ends on a sine column.
     """
     for name, value in (("n", n), ("d_model", d_model)):
         if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
@@ -37,10 +38,10 @@ def sinusoidal_encoding(n: int, d_model: int,
     if not base > 0:
         raise ValueError(f"sinusoidal_encoding needs a positive base, "
                          f"got {base!r}")
-    pos = np.arange(n)[:, None]  # (n, 1)
-    j = np.arange(d_model)[None, :]  # (1, d_model)
-    angle = pos / float(base) ** (2 * (j // 2) / d_model)  # (n, d_model)
-    return np.where(j % 2 == 0, np.sin(angle), np.cos(angle))  # (n, d_model)
+    p = np.arange(n)[:, None]  # (n, 1)
+    col = np.arange(d_model)[None, :]  # (1, d_model)
+    angle = p / float(base) ** (2 * (col // 2) / d_model)  # (n, d_model)
+    return np.where(col % 2 == 0, np.sin(angle), np.cos(angle))  # (n, d_model)
 
 
 def embed(token_ids, table) -> np.ndarray:

@@ -24,9 +24,14 @@ less work or to move fewer bytes:
    and Staats 2021; Dao et al. 2022), so memory stays O(n * d) instead of
    O(h * n^2).
 
+Biases (GPT-2's b_Q, b_K, b_V, b_O; chapter 8, "GPT-2's block, exactly")
+join the fused product as one bias vector, and batches of padded
+sequences (chapter 8, "Batches of sequences") are computed on their real
+tokens only.
+
 Letters in shape comments (see ``mha_lit.shapes``): n tokens, d_model,
 d_k, d_v, h heads, b query rows in a block, w keys in a tile, m keys a
-query block looks at.
+query block looks at, B sequences in a batch, N real tokens in it.
 """
 
 from __future__ import annotations
@@ -37,9 +42,9 @@ import numpy as np
 
 from .shapes import Weights
 
-__all__ = ["fused_weights", "project_heads", "attend_block", "attend_tiled",
-           "choose_sizes", "multi_head_attention_fast", "BLOCK_ROWS",
-           "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
+__all__ = ["fused_weights", "fused_biases", "project_heads", "attend_block",
+           "attend_tiled", "choose_sizes", "multi_head_attention_fast",
+           "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
 
 BLOCK_ROWS = 128  # query rows per block when whole key rows are used
 TILE_ROWS = 256  # query rows per block on the online-softmax path
@@ -73,16 +78,45 @@ def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
     return cached
 
 
+def fused_biases(W: Weights) -> tuple[np.ndarray | None,
+                                      np.ndarray | None]:
+    """b_QKV (h*(2 d_k + d_v),) with 1/sqrt(d_k) folded in, and b_O.
+
+    Book: chapter 8, "GPT-2's block, exactly". Entry r of b_QKV is the
+    bias of row r of W_QKV^T X^T: b_Q1/sqrt(d_k), ..., b_Qh/sqrt(d_k), then
+    every head's b_K, then every head's b_V (zeros for a bias that is
+    None). Returns (None, None) when W has no biases. Kept on W.
+    """
+    if not W.has_biases:
+        return None, None
+    cached = W.__dict__.get("_fused_biases")
+    if cached is None:
+        scale = 1.0 / math.sqrt(W.d_k)
+        b_QKV = np.concatenate([
+            (W.bias("b_Q") * scale).reshape(-1),  # (h*d_k,)
+            W.bias("b_K").reshape(-1),  # (h*d_k,)
+            W.bias("b_V").reshape(-1),  # (h*d_v,)
+        ]).astype(W.dtype, copy=False)  # (h*(2 d_k + d_v),)
+        b_QKV.flags.writeable = False
+        cached = (b_QKV, W.bias("b_O"))
+        object.__setattr__(W, "_fused_biases", cached)
+    return cached
+
+
 def project_heads(X: np.ndarray, W: Weights):
     """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product.
 
     Book: chapter 12. Returns Q_T (h, d_k, n), K_T (h, d_k, n),
     V_T (h, d_v, n): views into one contiguous array, each head's block
-    contiguous, so no copy is needed to split the heads.
+    contiguous, so no copy is needed to split the heads. Biases, if W has
+    them, are added to the product's rows (chapter 8).
     """
     W_QKV_T, _ = fused_weights(W)
+    b_QKV, _ = fused_biases(W)
     h, d_k, d_v, n = W.heads, W.d_k, W.d_v, X.shape[0]
     QKV_T = W_QKV_T.astype(X.dtype, copy=False) @ X.T  # (h*(2 d_k + d_v), n)
+    if b_QKV is not None:  # one bias per row, the same for every token
+        QKV_T += b_QKV.astype(X.dtype, copy=False)[:, None]  # (.., n)
     Q_T = QKV_T[: h * d_k].reshape(h, d_k, n)  # (h, d_k, n)
     K_T = QKV_T[h * d_k: 2 * h * d_k].reshape(h, d_k, n)  # (h, d_k, n)
     V_T = QKV_T[2 * h * d_k:].reshape(h, d_v, n)  # (h, d_v, n)
@@ -186,20 +220,51 @@ def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None,
 
 def multi_head_attention_fast(X: np.ndarray, W: Weights,
                               causal: bool = True, *,
+                              key_mask: np.ndarray | None = None,
                               block: int | None = None,
                               tile: int | None = None) -> np.ndarray:
     """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: chapter 12.
 
-    X must already be checked (``check_input``) and in the dtype to compute
-    in. Queries go ``block`` rows at a time; ``tile=None`` lets
-    ``choose_sizes`` pick whole key rows or the online softmax; an integer
-    ``tile`` forces the online softmax with that many keys per tile.
+    X must already be checked (``check_input``, ``check_key_mask``) and in
+    the dtype to compute in. Queries go ``block`` rows at a time;
+    ``tile=None`` lets ``choose_sizes`` pick whole key rows or the online
+    softmax; an integer ``tile`` forces the online softmax with that many
+    keys per tile. Biases of W are added (chapter 8).
+
+    X may be a batch (B, n, d_model) with ``key_mask`` (B, n), True where a
+    token is real (Book: chapter 8, "Batches of sequences"). Padding is
+    dropped first: the real tokens of all sequences are projected in one
+    product, each sequence's real tokens attend among themselves, in
+    order, and padded output rows are 0. That is the masked computation
+    exactly: a padded key's weight would be exp(-inf) = 0.
     """
-    n = X.shape[0]
+    n = X.shape[-2]
     block, tile = choose_sizes(n, W, X.itemsize, block, tile)
-    Q_T, K_T, V_T = project_heads(X, W)  # (h, d_k, n) twice, (h, d_v, n)
+    rows, spans = _real_rows(X, key_mask)  # (N, d_model)
+    Q_T, K_T, V_T = project_heads(rows, W)  # (h, d_k, N) twice, (h, d_v, N)
     # Concat(H_1..H_h), filled by rows
-    concat = np.empty((n, W.heads, W.d_v), X.dtype)  # (n, h, d_v)
+    concat = np.empty((len(rows), W.heads, W.d_v), X.dtype)  # (N, h, d_v)
+    for s0, s1 in spans:  # one sequence at a time: views, no copies
+        _attend_sequence(Q_T[:, :, s0:s1], K_T[:, :, s0:s1],
+                         V_T[:, :, s0:s1], causal, block, tile,
+                         concat[s0:s1])
+    _, W_O = fused_weights(W)
+    _, b_O = fused_biases(W)
+    Y = (concat.reshape(len(rows), W.heads * W.d_v)  # (N, h*d_v)
+         @ W_O.astype(X.dtype, copy=False))  # (h*d_v, d_model)
+    if b_O is not None:
+        Y += b_O.astype(X.dtype, copy=False)  # (N, d_model)
+    return _padded_rows(Y, X, key_mask)  # shape of X
+
+
+def _attend_sequence(Q_T, K_T, V_T, causal: bool, block: int,
+                     tile: int | None, concat: np.ndarray) -> None:
+    """Fill concat (n, h, d_v) with one sequence's Concat rows.
+
+    Book: chapter 12. ``block`` query rows at a time, whole key rows
+    (``tile`` None) or the online softmax.
+    """
+    n = Q_T.shape[2]
     for r0 in range(0, n, block):
         r1 = min(r0 + block, n)
         if tile is None:
@@ -208,6 +273,37 @@ def multi_head_attention_fast(X: np.ndarray, W: Weights,
             H = attend_tiled(Q_T, K_T, V_T, r0, r1, causal,
                              tile)  # (h, b, d_v)
         concat[r0:r1] = H.transpose(1, 0, 2)  # (b, h, d_v)
-    _, W_O = fused_weights(W)
-    return (concat.reshape(n, -1)  # (n, h*d_v)
-            @ W_O.astype(X.dtype, copy=False))  # (h*d_v, d_model)
+
+
+def _real_rows(X: np.ndarray, key_mask: np.ndarray | None):
+    """The rows of X's real tokens, and each sequence's span in them.
+
+    Book: chapter 8, "Batches of sequences". Returns rows (N, d_model),
+    every sequence's real tokens in order, one sequence after the other,
+    and [(start, end)] per sequence. One sequence without a mask is
+    returned as it is, not copied.
+    """
+    if X.ndim == 2 and key_mask is None:
+        return X, [(0, X.shape[0])]  # (n, d_model): one sequence, all real
+    if key_mask is None:
+        rows = X.reshape(-1, X.shape[-1])  # (B*n, d_model)
+        lengths = np.full(X.shape[0], X.shape[1])  # (B,)
+    else:
+        rows = X[key_mask]  # (N, d_model): padding dropped
+        lengths = key_mask.reshape(-1, X.shape[-2]).sum(axis=1)  # (B,)
+    ends = np.cumsum(lengths)  # (B,)
+    return rows, [(int(e - k), int(e)) for e, k in zip(ends, lengths,
+                                                        strict=True)]
+
+
+def _padded_rows(Y: np.ndarray, X: np.ndarray,
+                 key_mask: np.ndarray | None) -> np.ndarray:
+    """Y's rows (N, d_model) put back in X's shape; padded rows are 0.
+
+    Book: chapter 8, "Batches of sequences".
+    """
+    if key_mask is None:
+        return Y.reshape(X.shape)  # (n, d_model) or (B, n, d_model)
+    out = np.zeros(X.shape, Y.dtype)  # (.., n, d_model)
+    out[key_mask] = Y  # the real tokens' rows
+    return out

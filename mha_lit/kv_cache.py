@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fast import fused_weights
+from .fast import fused_biases, fused_weights
 from .shapes import Weights, as_float_array
 
 __all__ = ["KVCache", "step_multiply_adds", "recompute_multiply_adds"]
@@ -31,7 +31,8 @@ class KVCache:
     key and one weighted sum of cached values per head, and W_O; nothing
     earlier is recomputed. Keys and values live in buffers that double when
     full (amortised O(1) append). A refused step (wrong width, NaN) leaves
-    the cache exactly as it was.
+    the cache exactly as it was. Biases of W are added as in
+    ``multi_head_attention`` (chapter 8, "GPT-2's block, exactly").
     """
 
     def __init__(self, W: Weights, capacity: int = 16):
@@ -87,8 +88,11 @@ class KVCache:
         h, d_k = W.heads, W.d_k
         # every head's W_Q/sqrt(d_k), W_K, W_V in one matrix
         W_QKV_T, W_O = fused_weights(W)
+        b_QKV, b_O = fused_biases(W)  # None, None: W has no biases
         # one matrix-vector product: (h*(2 d_k + d_v), d_model) @ (d_model,)
         qkv = W_QKV_T @ x  # (h*(2 d_k + d_v),)
+        if b_QKV is not None:  # chapter 8: GPT-2's b_Q, b_K, b_V
+            qkv = qkv + b_QKV  # (h*(2 d_k + d_v),)
         # the new queries, already divided by sqrt(d_k)
         q = qkv[: h * d_k].reshape(h, 1, d_k)  # (h, 1, d_k)
         if n == self._K.shape[1]:
@@ -106,6 +110,8 @@ class KVCache:
         heads = (e @ V) / e.sum(axis=-1, keepdims=True)  # (h, 1, d_v)
         # Concat times W_O: (h*d_v,) @ (h*d_v, d_model) -> (d_model,)
         y = heads.reshape(-1) @ W_O  # (d_model,)
+        if b_O is not None:
+            y = y + b_O  # (d_model,)
         self._n = n + 1  # commit only once everything succeeded
         return y
 

@@ -190,33 +190,43 @@ def _cell_text(ax, r: int, c: int, text: str, dark: bool,
             color="white" if dark else "black")
 
 
-def head_heatmaps(S, tokens=None) -> plt.Figure:
+def head_heatmaps(S, tokens=None, titles=None) -> plt.Figure:
     """Attention weights S_1, ..., S_h side by side, masked entries hatched.
 
-    Book: chapter 4. S is (h, n, n): S[i] is head i+1's matrix of attention
-    weights. Each panel is drawn by ``attention_heatmap`` (chapter 3), so
-    the causal mask shows as hatched "masked" cells.
+    Book: chapter 4. S is (h, n, n): S[i - 1] is head i's matrix of
+    attention weights. Each panel is drawn by ``attention_heatmap``
+    (chapter 3), so the causal mask shows as hatched "masked" cells.
+    ``titles`` (one per panel) defaults to "head i: S_i".
     """
     S = np.asarray(S, dtype=float)
     if S.ndim != 3 or S.shape[1] != S.shape[2]:
         raise ValueError(f"S must be (heads, n, n), got shape {S.shape}")
     h, n, _ = S.shape
+    if titles is None:
+        titles = [f"head {i}: $S_{i}$" for i in range(1, h + 1)]
+    if len(titles) != h:
+        raise ValueError(f"{len(titles)} titles for {h} heads")
     fig, axes = plt.subplots(1, h, figsize=(3.6 * h + 0.4, 0.9 * n + 1.5),
                              squeeze=False)
     for i, ax in enumerate(axes[0]):
-        attention_heatmap(S[i], ax=ax, title=f"head {i + 1}: $S_{i + 1}$",
-                          tokens=tokens, fmt=".2f")
+        attention_heatmap(S[i], ax=ax, title=titles[i], tokens=tokens,
+                          fmt=".2f")
     fig.tight_layout(w_pad=2.0)
     return fig
+
+
+# Outlines of head 1, 2, 3, ...: colour and line style, neither red nor blue.
+_HEAD_OUTLINES = [("#1b9e77", "-"), ("black", "--"), ("#e6ab02", ":")]
 
 
 def concat_output(H, W_O) -> plt.Figure:
     """Concat(H_1, ..., H_h) W_O = Y laid out as a product, blocks outlined.
 
-    Book: chapter 5. H is (h, n, d_v) (H[i] is head i+1's output), W_O is
+    Book: chapter 5. H is (h, n, d_v) (H[i - 1] is head i's output), W_O is
     (h*d_v, d_model). Concat sits bottom left, W_O top right, Y where their
     rows and columns meet; block i of Concat's columns and block i of W_O's
-    rows share a colour, because they multiply each other.
+    rows share an outline (colour and line style), because they multiply
+    each other. The outlines avoid red and blue, which show the values.
     """
     H, W_O = np.asarray(H, dtype=float), np.asarray(W_O, dtype=float)
     if (H.ndim != 3 or W_O.ndim != 2
@@ -242,24 +252,24 @@ def concat_output(H, W_O) -> plt.Figure:
         ax.set_xticks([])
         ax.set_yticks([])
         for i in range(h if M is not Y else 0):
-            color = f"C{i}"
+            color, style = _HEAD_OUTLINES[i % len(_HEAD_OUTLINES)]
             if M is concat:
                 ax.add_patch(plt.Rectangle((i * d_v - 0.5, -0.5), d_v, n,
                                            fill=False, edgecolor=color,
-                                           lw=3))
+                                           ls=style, lw=3))
                 ax.text(i * d_v + d_v / 2 - 0.5, n - 0.5 + 0.15 * n,
                         f"$H_{i + 1}$", ha="center", va="top", color=color,
                         fontsize=12)
             else:
                 ax.add_patch(plt.Rectangle((-0.5, i * d_v - 0.5), M.shape[1],
                                            d_v, fill=False, edgecolor=color,
-                                           lw=3))
+                                           ls=style, lw=3))
                 ax.text(-0.9, i * d_v + d_v / 2 - 0.5, f"block {i + 1}",
                         rotation=90, ha="right", va="center", color=color,
                         fontsize=11)
     note = fig.add_subplot(grid[0, 0])
     note.axis("off")
-    note.text(0.5, 0.5, "$Y = \\sum_i H_i \\, W_O^{(i)}$\n\n"
+    note.text(0.5, 0.5, "$Y = \\sum_i H_i \\, W_{Oi}$\n\n"
               "block $i$ of $W_O$ (its rows)\n"
               "meets $H_i$ (its columns)", ha="center", va="center",
               fontsize=13)
@@ -267,11 +277,11 @@ def concat_output(H, W_O) -> plt.Figure:
 
 
 def dependency_grid(D, title: str = "") -> plt.Figure:
-    """How much output row i moves with input row j: an n x n grid.
+    """How much output row t moves with input row u: an n x n grid.
 
-    Book: chapter 6. D[i, j] >= 0 is a size of the block dY_{i+1} / dX_{j+1}
-    (for instance its largest entry). Cells exactly 0 are hatched and
-    labelled "0".
+    Book: chapter 6. D[t - 1, u - 1] >= 0 is a size of the block
+    dY_t / dX_u (for instance its largest entry). Cells exactly 0 are
+    hatched and labelled "0".
     """
     D = np.asarray(D, dtype=float)
     if D.ndim != 2 or D.shape[0] != D.shape[1] or (D < 0).any():
@@ -303,7 +313,8 @@ def kv_cost_curves(n, cached, recomputed) -> plt.Figure:
 
     Book: chapter 7. n is the number of tokens (1-D, increasing); cached[k]
     and recomputed[k] are the multiply-adds that produce output row n[k]
-    with the KV cache and by recomputing all rows.
+    with the KV cache and by recomputing all rows. Both axes are
+    logarithmic, so growth like n shows as slope 1 and like n^2 as slope 2.
     """
     n, cached, recomputed = (np.asarray(a, dtype=float)
                              for a in (n, cached, recomputed))
@@ -319,8 +330,10 @@ def kv_cost_curves(n, cached, recomputed) -> plt.Figure:
                             "for all of rows $1, \\ldots, n$")):
         ax.plot(n, b, "o-", color="C3", ms=3, label="recompute every row")
         ax.plot(n, a, "s-", color="C0", ms=3, label="with the KV cache")
-        ax.set_xlabel("tokens $n$")
-        ax.set_ylabel("multiply-adds")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens $n$ (log scale)")
+        ax.set_ylabel("multiply-adds (log scale)")
         ax.set_title(f"multiply-adds {what}", fontsize=10)
         ax.grid(alpha=0.3)
     per.legend()
@@ -415,7 +428,7 @@ def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
 
 
 def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5,
-                      d_ff: int = 13):
+                      d_ff: int = 17):
     """The GPT decoder stack as boxes and arrows, data flowing down.
 
     Book: chapter 8, "The decoder block at a glance"; figures 8.1 and 8.2.

@@ -11,6 +11,7 @@ Letters used in shape comments throughout ``mha_lit``:
     d_v      width of a value                         11
     h        number of heads                          2
     h*d_v    width of Concat(H_1, ..., H_h)           22
+    B        sequences in a batch (chapter 8)
 """
 
 from __future__ import annotations
@@ -89,9 +90,13 @@ def _frozen(a: np.ndarray, dtype) -> np.ndarray:
     return out
 
 
+_MATRICES = ("W_Q", "W_K", "W_V", "W_O")
+_BIASES = ("b_Q", "b_K", "b_V", "b_O")
+
+
 @dataclass(frozen=True, eq=False)
 class Weights:
-    """All trainable matrices of one multi-head attention layer.
+    """All trainable arrays of one multi-head attention layer.
 
     Book: chapter 4, "Multi-head attention". The per-head matrices are
     stacked along a leading head axis, so ``W_Q[0]`` is the book's W_{Q1}:
@@ -100,14 +105,25 @@ class Weights:
         W_V      : (h, d_model, d_v)       (2, 5, 11)
         W_O      : (h*d_v, d_model)        (22, 5)
 
+    Optional biases, as GPT-2 has them (Book: chapter 8, "GPT-2's block,
+    exactly"); ``None``, the default, means zero:
+
+        b_Q, b_K : (h, d_k)    Q_i = X W_Qi + b_Qi, every row
+        b_V      : (h, d_v)
+        b_O      : (d_model,)  Y = Concat(H_1, ..., H_h) W_O + b_O
+
     Every shape is checked on construction; the arrays are private
-    read-only copies in one floating dtype (the widest of the four inputs).
+    read-only copies in one floating dtype (the widest of the inputs).
     """
 
     W_Q: np.ndarray
     W_K: np.ndarray
     W_V: np.ndarray
     W_O: np.ndarray
+    b_Q: np.ndarray | None = None
+    b_K: np.ndarray | None = None
+    b_V: np.ndarray | None = None
+    b_O: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         arrs = {
@@ -139,6 +155,7 @@ class Weights:
         if min(h, d_model, d_k, d_v) == 0:
             raise ValueError(f"Weights need positive sizes, got heads={h}, "
                              f"d_model={d_model}, d_k={d_k}, d_v={d_v}")
+        arrs |= _checked_biases(self, h, d_model, d_k, d_v)
         dtype = np.result_type(*arrs.values())
         for name, arr in arrs.items():
             object.__setattr__(self, name, _frozen(arr, dtype))
@@ -165,29 +182,96 @@ class Weights:
 
     @property
     def dtype(self) -> np.dtype:
-        """The floating dtype all four arrays share."""
+        """The floating dtype all arrays share."""
         return self.W_Q.dtype
+
+    @property
+    def has_biases(self) -> bool:
+        """True if any of b_Q, b_K, b_V, b_O was given.
+
+        Book: chapter 8, "GPT-2's block, exactly".
+        """
+        return any(getattr(self, n) is not None for n in _BIASES)
+
+    def bias(self, name: str) -> np.ndarray:
+        """Bias ``name`` ("b_Q", "b_K", "b_V" or "b_O"), zeros if None.
+
+        Book: chapter 8, "GPT-2's block, exactly". Shapes: b_Q, b_K
+        (h, d_k), b_V (h, d_v), b_O (d_model,); the result is read-only.
+        """
+        if name not in _BIASES:
+            raise ValueError(f"no bias named {name!r}; Weights has {_BIASES}")
+        b = getattr(self, name)
+        if b is None:
+            b = _frozen(np.zeros(_bias_shapes(self.heads, self.d_model,
+                                              self.d_k, self.d_v)[name]),
+                        self.dtype)  # (h, d_k), (h, d_v) or (d_model,)
+        return b
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array by name: W_Q, W_K, W_V, W_O, then the biases given.
+
+        Book: chapter 8, "The weights of a block": their sizes are the
+        layer's parameters (a bias that is None is no parameter).
+        """
+        return {n: getattr(self, n) for n in _MATRICES + _BIASES
+                if getattr(self, n) is not None}
 
     def dims(self, tokens: int = 3) -> Dims:
         """The Dims these weights fit, with ``tokens`` rows of input."""
         return Dims(tokens, self.d_model, self.d_k, self.d_v, self.heads)
 
     def astype(self, dtype) -> Weights:
-        """The same weights in another floating dtype."""
-        return Weights(*(getattr(self, n).astype(dtype)
-                         for n in ("W_Q", "W_K", "W_V", "W_O")))
+        """The same weights (biases included) in another floating dtype."""
+        return Weights(**{n: a.astype(dtype)
+                          for n, a in self.arrays().items()})
 
     def __repr__(self) -> str:
+        biases = ", biases=True" if self.has_biases else ""
         return (f"Weights(heads={self.heads}, d_model={self.d_model}, "
-                f"d_k={self.d_k}, d_v={self.d_v}, dtype={self.dtype})")
+                f"d_k={self.d_k}, d_v={self.d_v}, dtype={self.dtype}"
+                f"{biases})")
+
+
+def _bias_shapes(h: int, d_model: int, d_k: int,
+                 d_v: int) -> dict[str, tuple[int, ...]]:
+    """The shape each bias must have, by name."""
+    return {"b_Q": (h, d_k), "b_K": (h, d_k), "b_V": (h, d_v),
+            "b_O": (d_model,)}
+
+
+def _checked_biases(W: Weights, h: int, d_model: int, d_k: int,
+                    d_v: int) -> dict[str, np.ndarray]:
+    """The biases W was given, as float arrays of the right shapes.
+
+    Book: chapter 8, "GPT-2's block, exactly". Errors name the shape
+    found and the shape the matching matrix implies.
+    """
+    shapes = _bias_shapes(h, d_model, d_k, d_v)
+    implied = {"b_Q": "W_Q expects (h, d_k)", "b_K": "W_K expects (h, d_k)",
+               "b_V": "W_V expects (h, d_v)",
+               "b_O": "W_O expects (d_model,)"}
+    found = {}
+    for name in _BIASES:
+        if getattr(W, name) is None:
+            continue
+        b = as_float_array(getattr(W, name), name)  # (h, d) or (d_model,)
+        if b.shape != shapes[name]:
+            raise ValueError(f"{name} has shape {b.shape} but "
+                             f"{implied[name]} = {shapes[name]}")
+        found[name] = b
+    return found
 
 
 def init_weights(dims: Dims | None = None, seed: int = 0,
-                 dtype=np.float64) -> Weights:
+                 dtype=np.float64, *, biases: bool = False) -> Weights:
     """Random weights for ``dims``, each entry N(0, 1/fan_in).
 
     Book: chapter 4, "Multi-head attention". The same seed always gives the
-    same weights; ``dtype`` may be float64 (default) or float32.
+    same weights; ``dtype`` may be float64 (default) or float32. With
+    ``biases=True`` b_Q, b_K, b_V, b_O are added, each entry N(0, 0.1^2)
+    from a stream of their own, so the matrices stay those of
+    ``biases=False`` (Book: chapter 8, "GPT-2's block, exactly").
     """
     dims = Dims() if dims is None else dims
     if not isinstance(dims, Dims):
@@ -203,4 +287,18 @@ def init_weights(dims: Dims | None = None, seed: int = 0,
     W_V = rng.standard_normal((h, d, dv)) / np.sqrt(d)  # (h, d_model, d_v)
     W_O = (rng.standard_normal((h * dv, d))
            / np.sqrt(h * dv))  # (h*d_v, d_model)
-    return Weights(*(w.astype(dtype) for w in (W_Q, W_K, W_V, W_O)))
+    # b_Q, b_K, b_V, b_O: chapter 8
+    b = _random_biases(dims, seed) if biases else ()
+    return Weights(*(w.astype(dtype) for w in (W_Q, W_K, W_V, W_O) + b))
+
+
+def _random_biases(dims: Dims, seed: int) -> tuple[np.ndarray, ...]:
+    """b_Q, b_K, b_V, b_O with entries N(0, 0.1^2), from their own stream.
+
+    Book: chapter 8, "GPT-2's block, exactly".
+    """
+    rng = np.random.default_rng([seed, 4])  # independent of the matrices
+    shapes = _bias_shapes(dims.heads, dims.d_model, dims.d_k, dims.d_v)
+    # (h, d_k), (h, d_k), (h, d_v), (d_model,)
+    return tuple(0.1 * rng.standard_normal(shape)
+                 for shape in shapes.values())

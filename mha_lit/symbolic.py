@@ -3,7 +3,8 @@
 Book: Part I, chapter 1 "A linear-algebra refresher" (matrix,
 product_entry), chapter 3 "Q, K, V" (qk_transpose). With the book's primes
 every entry of Q K^T is a sum of exactly 7 products, and a wrong shape
-fails loudly instead of broadcasting.
+fails loudly instead of broadcasting. Chapter 8 "GPT-2's block, exactly"
+opts in to bias symbols (bias_vectors, ``b`` of multi_head_output).
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import sympy as sp
 from .shapes import Dims
 
 __all__ = ["matrix", "qk_transpose", "product_entry", "causal_mask",
-           "softmax", "weight_matrices", "multi_head_output", "output_rows",
-           "depends_on"]
+           "softmax", "weight_matrices", "bias_vectors", "multi_head_output",
+           "output_rows", "depends_on"]
 
 
 def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
-    """A rows x cols matrix of symbols name_{i,j}, counted from 1.
+    """A rows x cols matrix of symbols name_{x,y} (row x, column y), from 1.
 
     Book: chapter 1.
     """
@@ -30,11 +31,11 @@ def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
 
 
 def qk_transpose(dims: Dims | None = None) -> sp.Matrix:
-    """Q K^T with Q, K of symbols q_{i,a}, k_{j,a}. Book: chapter 3.
+    """Q K^T with Q, K of symbols q_{t,r}, k_{u,r}. Book: chapter 3.
 
-    The result is a (tokens x tokens) Matrix. Entry (i, j) is the inner
-    product of query row i and key row j: the sum over a = 1..d_k of
-    q_{i,a} k_{j,a}.
+    The result is a (tokens x tokens) Matrix. Entry (t, u) is the inner
+    product of query row t and key row u: the sum over r = 1..d_k of
+    q_{t,r} k_{u,r}.
     """
     dims = Dims() if dims is None else dims
     Q = matrix("q", dims.tokens, dims.d_k)  # (n, d_k)
@@ -71,8 +72,8 @@ def causal_mask(M: sp.Matrix) -> sp.Matrix:
 def softmax(M: sp.Matrix) -> sp.Matrix:
     """Exact row-wise softmax of a SymPy matrix; -oo becomes 0.
 
-    Book: chapter 3, "Softmax". Entry (i, j) is exp(M_ij) / sum_k
-    exp(M_ik), left unevaluated, so e^4 / (e^4 + e^5) stays readable. A
+    Book: chapter 3, "Softmax". Entry (t, u) is exp(M_tu) / sum_u'
+    exp(M_tu'), left unevaluated, so e^4 / (e^4 + e^5) stays readable. A
     row that is entirely -oo has no distribution and is refused.
     """
     E = M.applyfunc(sp.exp)  # (n, m), exp(-oo) = 0
@@ -107,13 +108,48 @@ def weight_matrices(dims: Dims | None = None) -> tuple[sp.Matrix, ...]:
     return tuple(W)
 
 
-def multi_head_output(X: sp.Matrix, W: tuple[sp.Matrix, ...]) -> sp.Matrix:
+def bias_vectors(dims: Dims | None = None) -> tuple[sp.Matrix, ...]:
+    """b = (b_Q1, b_K1, b_V1, ..., b_Qh, b_Kh, b_Vh, b_O) as symbol rows.
+
+    Book: chapter 8, "GPT-2's block, exactly". Ordered like
+    ``weight_matrices``; each is a 1 x width Matrix (1 x d_k, 1 x d_v, and
+    1 x d_model for b_O) with entries named like ``b^{Q1}_{3}``.
+    """
+    dims = Dims() if dims is None else dims
+    b = []
+    for i in range(1, dims.heads + 1):
+        b.append(_row(f"b^{{Q{i}}}", dims.d_k))  # (1, d_k)
+        b.append(_row(f"b^{{K{i}}}", dims.d_k))  # (1, d_k)
+        b.append(_row(f"b^{{V{i}}}", dims.d_v))  # (1, d_v)
+    b.append(_row("b^{O}", dims.d_model))  # (1, d_model)
+    return tuple(b)
+
+
+def _row(name: str, cols: int) -> sp.Matrix:
+    """A 1 x cols matrix of symbols name_{j}, counted from 1."""
+    return sp.Matrix(1, cols, lambda _, j: sp.Symbol(
+        f"{name}_{{{j + 1}}}"))  # (1, cols)
+
+
+def _plus_row(M: sp.Matrix, b: sp.Matrix) -> sp.Matrix:
+    """M with the row b added to each of its rows (SymPy cannot broadcast)."""
+    if b.shape != (1, M.cols):
+        raise ValueError(f"a bias added to the rows of a {M.rows} x "
+                         f"{M.cols} matrix must be 1 x {M.cols}, got "
+                         f"{b.rows} x {b.cols}")
+    return M + sp.ones(M.rows, 1) * b  # (n, 1) (1, w) -> (n, w)
+
+
+def multi_head_output(X: sp.Matrix, W: tuple[sp.Matrix, ...],
+                      b: tuple[sp.Matrix, ...] | None = None) -> sp.Matrix:
     """Y = Concat(H_1, ..., H_h) W_O, exactly, for symbolic X and W.
 
     Book: chapter 6. W is ordered as ``weight_matrices`` returns it. The
     mask and softmax are this module's ``causal_mask`` (scores above the
     diagonal become -oo) and ``softmax`` (exp(-oo) = 0 exactly); nothing
-    else about causality is built in.
+    else about causality is built in. Optional ``b``, ordered as
+    ``bias_vectors`` returns it, adds GPT-2's biases: Q_i = X W_Qi + b_Qi,
+    ..., Y = Concat W_O + b_O (chapter 8, "GPT-2's block, exactly").
     """
     *per_head, W_O = W
     if len(per_head) % 3 or X.shape[1] != per_head[0].shape[0]:
@@ -121,26 +157,34 @@ def multi_head_output(X: sp.Matrix, W: tuple[sp.Matrix, ...]) -> sp.Matrix:
             "W must be (W_Q1, W_K1, W_V1, ..., W_O) and X must have "
             f"{per_head[0].shape[0]} columns; "
             f"got {len(W)} matrices, X {X.shape}")
+    if b is not None and len(b) != len(W):
+        raise ValueError(f"b must hold one bias per matrix of W: W has "
+                         f"{len(W)} matrices, b has {len(b)} vectors")
     H = []
-    for W_Qi, W_Ki, W_Vi in zip(per_head[0::3], per_head[1::3],
-                                per_head[2::3], strict=False):
+    for i, (W_Qi, W_Ki, W_Vi) in enumerate(zip(per_head[0::3], per_head[1::3],
+                                               per_head[2::3], strict=False)):
         # (n, d_k), (n, d_k), (n, d_v)
         Q, K, V = X * W_Qi, X * W_Ki, X * W_Vi
+        if b is not None:  # chapter 8: one bias row added to every row
+            b_Qi, b_Ki, b_Vi = b[3 * i: 3 * i + 3]  # (1, d_k), (1, d_v)
+            Q, K, V = (_plus_row(Q, b_Qi), _plus_row(K, b_Ki),
+                       _plus_row(V, b_Vi))  # shapes unchanged
         scores = Q * K.T / sp.sqrt(W_Qi.shape[1])  # (n, n)
         # zero above the diagonal, rows sum to 1
         S = softmax(causal_mask(scores))  # (n, n)
         H.append(S * V)  # (n, d_v)
     # (n, h*d_v) (h*d_v, d_model) -> (n, d_model)
-    return sp.Matrix.hstack(*H) * W_O
+    Y = sp.Matrix.hstack(*H) * W_O
+    return Y if b is None else _plus_row(Y, b[-1])  # (n, d_model)
 
 
 def output_rows(dims: Dims | None = None
                 ) -> tuple[sp.Matrix, sp.Matrix, tuple[sp.Matrix, ...]]:
-    """(Y, X, W): the layer's output for a symbol matrix X (entries x_{i,j}).
+    """(Y, X, W): the layer's output for a symbol matrix X (entries x_{x,y}).
 
     Book: chapter 6. Y and X are (tokens x d_model); W is
-    ``weight_matrices(dims)``. Row i of Y is the book's
-    Y_i = f_i(X_1, ..., X_i; W).
+    ``weight_matrices(dims)``. Row t of Y is the book's
+    Y_t = f_t(X_1, ..., X_t; W).
     """
     dims = Dims() if dims is None else dims
     X = matrix("x", dims.tokens, dims.d_model)  # (n, d_model)

@@ -1,4 +1,4 @@
-"""Run the book's code as if on another CPU: every matrix product sums in another order.
+"""Run the book's code as if on another CPU: every ``@`` sums in another order.
 
 A BLAS library picks its kernel by CPU and blocks its sums by the shapes it is given, so one
 product can round differently on a reader's machine, or when a matrix gains a row. A stored
@@ -7,13 +7,19 @@ and fails elsewhere. This module makes such a dependence fail here.
 
 Loaded into a Jupyter kernel as an IPython extension (``--IPKernelApp.extensions=reorder_sums``),
 it rewrites every ``a @ b`` in the notebook's cells, and in every ``mha_lit`` module the kernel
-imports, into ``matmul_in_another_order(a, b)``: the same product with the sum over the shared
-axis split in two at a point chosen from the operands' shapes. Mathematically nothing changes;
-in floating point the association of the sum does, so last bits move as they would under
-another kernel. A product whose sums are exact (small integers, one-hot selections, a zero
-weight times anything) is exact in every order and is unchanged. Products of the same shapes
-split at the same point, so a computation repeated on the same sizes still repeats itself, as
-it does on any one machine.
+imports, into ``matmul_in_another_order(a, b, site)``: the same product with the sum over the
+shared axis split in two at a point chosen from the operands' shapes and from ``site``, a
+number that names the line of code the product is written on. Mathematically nothing
+changes; in floating point the association of the sum does, so last bits move as they would
+under another kernel. A product whose sums are exact (small integers, one-hot selections, a
+zero weight times a finite number) is exact in every order and is unchanged. The same line
+of code on the same shapes always splits at the same point, so a computation repeated with
+the same code and sizes still repeats itself, as it does with the BLAS inside NumPy's
+packages; two different code paths (a batched product and a loop over heads, say) split
+differently, so an exact comparison between them fails here as it may on a reader's machine.
+
+Not rewritten: ``np.einsum``, ``np.dot`` and other product functions (the book uses ``@``),
+and NumPy's reductions such as ``sum``, whose pairwise order is the same on every CPU.
 
 ``tests/test_reader_machines.py`` re-executes every notebook of the book in such a kernel and
 compares each cell's outputs with the stored ones (strict nbval).
@@ -26,8 +32,10 @@ import builtins
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import itertools
 import sys
 import tracemalloc
+import zlib
 
 import numpy as np
 
@@ -35,16 +43,16 @@ CALL_NAME = "__matmul_in_another_order__"
 PACKAGE = "mha_lit"
 
 
-def split_point(m: int, k: int, n: int) -> int:
-    """Where the sum over k terms is split, for an (m, k) @ (k, n) product: 1 .. k-1.
+def split_point(m: int, k: int, n: int, site: int = 0) -> int:
+    """Where the sum over k >= 2 terms is split, for an (m, k) @ (k, n) product: 1 .. k-1.
 
     Adding a row (m + 1) or a column (n + 1) moves the split point, as a change of shape can
-    change a BLAS kernel's blocking.
+    change a BLAS kernel's choice; so does another line of code (``site``) when k > 2.
     """
-    return 1 + (m + n) % (k - 1)
+    return 1 + (m + n + site) % (k - 1)
 
 
-def matmul_in_another_order(a, b):
+def matmul_in_another_order(a, b, site: int = 0):
     """``a @ b``, with the sum over the shared axis split in two by ``split_point``.
 
     Anything that is not a pair of floating NumPy arrays (SymPy matrices, integer arrays) is
@@ -62,18 +70,18 @@ def matmul_in_another_order(a, b):
         product = a @ b  # the subclass's own bookkeeping
         if isinstance(product, np.ndarray):
             product.view(np.ndarray)[...] = matmul_in_another_order(
-                np.asarray(a), np.asarray(b))
+                np.asarray(a), np.asarray(b), site)
         return product
     if a.ndim == 0 or b.ndim == 0 or not (
             a.dtype.kind in "fc" or b.dtype.kind in "fc"):
         return a @ b
     k = a.shape[-1]
     b_k = b.shape[0] if b.ndim == 1 else b.shape[-2]
-    if k != b_k or k < 3:
+    if k != b_k or k < 2:
         return a @ b
     m = a.shape[-2] if a.ndim >= 2 else 1
     n = b.shape[-1] if b.ndim >= 2 else 1
-    s = split_point(m, k, n)
+    s = split_point(m, k, n, site)
     if b.ndim == 1:
         head, tail = b[:s], b[s:]
     else:
@@ -82,29 +90,38 @@ def matmul_in_another_order(a, b):
 
 
 class _MatmulToCall(ast.NodeTransformer):
-    """``a @ b`` becomes ``__matmul_in_another_order__(a, b)``; ``a @= b`` likewise."""
+    """``a @ b`` becomes ``__matmul_in_another_order__(a, b, site)``; ``a @= b`` likewise.
+
+    ``site`` names the place in the source: a number made from the file's name, the line and
+    the column of the product, the same every time that code runs.
+    """
+
+    def __init__(self, filename: str):
+        self.filename = filename
+
+    def _call(self, node: ast.AST, left: ast.expr, right: ast.expr) -> ast.Call:
+        name = f"{self.filename}:{node.lineno}:{node.col_offset}"
+        site = zlib.crc32(name.encode()) % 1009  # stable across runs, unlike hash()
+        return ast.Call(ast.Name(CALL_NAME, ast.Load()), [left, right, ast.Constant(site)], [])
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
         if not isinstance(node.op, ast.MatMult):
             return node
-        call = ast.Call(ast.Name(CALL_NAME, ast.Load()), [node.left, node.right], [])
-        return ast.copy_location(call, node)
+        return ast.copy_location(self._call(node, node.left, node.right), node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         self.generic_visit(node)
-        if not isinstance(node.op, ast.MatMult):
-            return node
-        load = ast.Name(node.target.id, ast.Load()) if isinstance(node.target, ast.Name) else None
-        if load is None:  # a[i] @= b: rare; leave it to NumPy
-            return node
-        call = ast.Call(ast.Name(CALL_NAME, ast.Load()), [load, node.value], [])
+        if not isinstance(node.op, ast.MatMult) or not isinstance(node.target, ast.Name):
+            return node  # a[i] @= b: rare; left to NumPy
+        load = ast.Name(node.target.id, ast.Load())
+        call = self._call(node, load, node.value)
         return ast.copy_location(ast.Assign([node.target], call), node)
 
 
-def rewrite(tree: ast.AST) -> ast.AST:
-    """The tree with every matrix product routed through ``matmul_in_another_order``."""
-    return ast.fix_missing_locations(_MatmulToCall().visit(tree))
+def rewrite(tree: ast.AST, filename: str = "<cell>") -> ast.AST:
+    """The tree with every ``@`` routed through ``matmul_in_another_order``."""
+    return ast.fix_missing_locations(_MatmulToCall(filename).visit(tree))
 
 
 class _RewritingLoader(importlib.machinery.SourceFileLoader):
@@ -112,7 +129,7 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
 
     def get_code(self, fullname):
         path = self.get_filename(fullname)
-        tree = rewrite(ast.parse(self.get_data(path), path))
+        tree = rewrite(ast.parse(self.get_data(path), path), path)
         return compile(tree, path, "exec", dont_inherit=True)
 
 
@@ -149,8 +166,11 @@ def install() -> None:
 class _CellTransformer(ast.NodeTransformer):
     """IPython's hook for rewriting each cell's syntax tree before it runs."""
 
+    def __init__(self):
+        self.cells = itertools.count()  # each cell is a place of its own
+
     def visit_Module(self, node: ast.Module) -> ast.AST:
-        return rewrite(node)
+        return rewrite(node, f"<cell {next(self.cells)}>")
 
 
 def load_ipython_extension(ipython) -> None:

@@ -4,6 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import mha_lit
 from mha_lit import (
     Dims,
     attention,
@@ -157,9 +158,10 @@ def test_float32_in_float32_out(dims):
 def test_changing_row_k_moves_no_earlier_output(n, k, delta):
     """Causality: output row i depends only on input rows 1..i.
 
-    Compared in every bit, which is fair: X and X2 have the same shape, so each entry is
-    computed by the same operations in the same order, and row k reaches earlier rows only
-    through masked scores and exact-zero weights.
+    Compared exactly (==), which is fair: X and X2 have the same shape, so each entry is
+    computed by the same operations in the same order (NumPy's BLAS orders its sums by the
+    shapes, not the values), and row k reaches earlier rows only through masked scores and
+    exact-zero weights added to finite sums.
     """
     k = k % n
     W = init_weights(Dims(tokens=n), seed=n)
@@ -174,7 +176,10 @@ def test_changing_row_k_moves_no_earlier_output(n, k, delta):
     "X, error, message",
     [
         (np.ones((3, 4)), ValueError, r"X has 4 columns but W_Q expects d_model = 5"),
-        (np.ones((3, 5, 1)), ValueError, r"X must be 2-D .* got shape \(3, 5, 1\)"),
+        (np.ones((3, 5, 1)), ValueError, r"X has 1 columns but W_Q expects d_model = 5 \(X is \(3, 5, 1\)"),
+        (np.ones((2, 3, 5, 1)), ValueError, r"X must be 2-D .* or 3-D .* got shape \(2, 3, 5, 1\)"),
+        (np.ones((0, 3, 5)), ValueError, r"X holds no sequences \(shape \(0, 3, 5\)\)"),
+        (np.ones((2, 0, 5)), ValueError, r"X has no rows \(shape \(2, 0, 5\)\)"),
         (np.ones(5), ValueError, r"X must be 2-D .* got shape \(5,\)"),
         (np.array([["a"] * 5] * 3), TypeError, r"X must hold real numbers"),
         (np.ones((3, 5), dtype=complex), TypeError, r"X must hold real numbers"),
@@ -199,3 +204,163 @@ def test_multi_head_attention_does_not_modify_its_input():
     before = X.copy()
     multi_head_attention(X, init_weights())
     assert np.array_equal(X, before)
+
+
+# --- chapter 8: biases, batches of sequences and key padding --------------------------------
+
+BATCH_TOL = 1e-12  # float64: a batch and its sequences alone are different products, so to rounding
+MHA_FUNCTIONS = [multi_head_attention, multi_head_attention_reference]
+
+
+def _padded_batch(d_model, lengths, n, left, seed):
+    """X (B, n, d_model) holding sequences of the given lengths, padded to n on the right (or the
+    left) with large random values; key_mask (B, n); the sequences alone."""
+    rng = np.random.default_rng(seed)
+    alone = [rng.standard_normal((L, d_model)) for L in lengths]
+    X = 50.0 * rng.standard_normal((len(lengths), n, d_model))  # padding: anything finite
+    key_mask = np.zeros((len(lengths), n), dtype=bool)
+    for b, x in enumerate(alone):
+        where = slice(n - len(x), n) if left else slice(0, len(x))
+        X[b, where], key_mask[b, where] = x, True
+    return X, key_mask, alone
+
+
+@pytest.mark.parametrize("f", MHA_FUNCTIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("biases", [False, True])
+@pytest.mark.parametrize("dims, B", list(zip(PRIME_DIMS, [2, 3, 5, 2, 7, 3])), ids=str)
+def test_batch_equals_each_sequence_alone(dims, B, biases, causal, f):
+    W = init_weights(dims, seed=11, biases=biases)
+    X = np.random.default_rng(12).standard_normal((B, dims.tokens, dims.d_model))
+    Y = f(X, W, causal)
+    assert Y.shape == X.shape == (B, dims.tokens, dims.d_model)
+    for b in range(B):
+        assert np.allclose(Y[b], f(X[b], W, causal), rtol=0, atol=BATCH_TOL)
+    everything_real = np.ones((B, dims.tokens), dtype=bool)
+    assert np.allclose(f(X, W, causal, key_mask=everything_real), Y, rtol=0, atol=BATCH_TOL)
+
+
+@pytest.mark.parametrize("f", MHA_FUNCTIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("left", [False, True], ids=["right padding", "left padding"])
+@pytest.mark.parametrize("biases", [False, True])
+@pytest.mark.parametrize("dims", PRIME_DIMS[:4], ids=str)
+def test_padded_real_rows_equal_the_sequence_alone(dims, biases, left, causal, f):
+    """Lengths 3 and 2 padded to 3 (B = 2): every real output row is the row of the
+    sequence computed alone, every padded row is 0, nothing is NaN."""
+    W = init_weights(dims, seed=13, biases=biases)
+    X, key_mask, alone = _padded_batch(dims.d_model, [3, 2], 3, left, seed=14)
+    Y = f(X, W, causal, key_mask=key_mask)
+    assert Y.shape == (2, 3, dims.d_model) and np.all(np.isfinite(Y))
+    for b, x in enumerate(alone):
+        assert np.allclose(Y[b][key_mask[b]], f(x, W, causal), rtol=0, atol=BATCH_TOL)
+        assert np.all(Y[b][~key_mask[b]] == 0.0)
+
+
+@pytest.mark.parametrize("f", MHA_FUNCTIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("left", [False, True], ids=["right padding", "left padding"])
+def test_values_at_padded_positions_change_no_real_output(left, causal, f):
+    dims = Dims(tokens=3, d_model=7, d_k=5, d_v=11, heads=3)
+    W = init_weights(dims, seed=15, biases=True)
+    X, key_mask, _ = _padded_batch(7, [3, 2], 3, left, seed=16)
+    X2 = X.copy()
+    X2[~key_mask] = np.random.default_rng(17).standard_normal((1, 7)) * 1e3
+    Y, Y2 = f(X, W, causal, key_mask=key_mask), f(X2, W, causal, key_mask=key_mask)
+    assert np.allclose(Y, Y2, rtol=0, atol=BATCH_TOL)
+    X2[key_mask] += 1.0  # a real token's value does change the output
+    assert not np.allclose(f(X2, W, causal, key_mask=key_mask), Y, rtol=0, atol=1e-3)
+
+
+def test_one_sequence_accepts_a_key_mask_of_shape_n():
+    W = init_weights(Dims(tokens=5, d_model=5, d_k=7, d_v=11, heads=2), seed=18)
+    X = np.random.default_rng(18).standard_normal((5, 5))
+    real = np.array([False, True, True, False, True])  # holes anywhere, not only at the ends
+    for f in MHA_FUNCTIONS:
+        Y = f(X, W, key_mask=real)
+        assert Y.shape == (5, 5) and np.all(Y[~real] == 0.0)
+        assert np.allclose(Y[real], f(X[real], W), rtol=0, atol=BATCH_TOL)
+
+
+@given(
+    B=st.integers(1, 4),
+    n=st.integers(1, 7),
+    causal=st.booleans(),
+    biases=st.booleans(),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_any_key_mask_equals_the_real_tokens_computed_alone(B, n, causal, biases, seed, data):
+    """Law: masking a key = deleting its token. Whatever the mask (padding at either end or
+    holes inside, whole sequences of padding included), each sequence's real rows equal its
+    real tokens computed alone, padded rows are 0, and reference = fast path."""
+    key_mask = data.draw(arrays(bool, (B, n)), label="key_mask")
+    W = init_weights(Dims(tokens=n, d_model=5, d_k=3, d_v=7, heads=2), seed=seed, biases=biases)
+    X = np.random.default_rng(seed).standard_normal((B, n, 5))
+    Y = multi_head_attention(X, W, causal, key_mask=key_mask)
+    Y_ref = multi_head_attention_reference(X, W, causal, key_mask=key_mask)
+    assert np.allclose(Y, Y_ref, rtol=0, atol=BATCH_TOL)
+    assert np.all(np.isfinite(Y)) and np.all(Y[~key_mask] == 0.0)
+    for b in range(B):
+        if key_mask[b].any():
+            alone = multi_head_attention_reference(X[b][key_mask[b]], W, causal)
+            assert np.allclose(Y[b][key_mask[b]], alone, rtol=0, atol=BATCH_TOL)
+
+
+def test_float32_batch_in_float32_out():
+    W = init_weights(Dims(tokens=5, d_model=7, d_k=3, d_v=13, heads=3), seed=19, dtype=np.float32)
+    X, key_mask, _ = _padded_batch(7, [5, 2, 3], 5, left=True, seed=19)
+    for f in MHA_FUNCTIONS:
+        Y = f(X.astype(np.float32), W, key_mask=key_mask)
+        assert Y.dtype == np.float32
+        Y64 = f(X, W.astype(np.float64), key_mask=key_mask)
+        assert np.allclose(Y, Y64, rtol=0, atol=1e-5)
+
+
+def test_biases_enter_every_projection_and_the_output():
+    dims = Dims()
+    W0 = init_weights(dims, seed=20)
+    Wb = init_weights(dims, seed=20, biases=True)
+    X = np.random.default_rng(20).standard_normal((3, 5))
+    H = [attention(X @ Wb.W_Q[i] + Wb.b_Q[i], X @ Wb.W_K[i] + Wb.b_K[i],
+                   X @ Wb.W_V[i] + Wb.b_V[i]) for i in range(2)]
+    by_hand = np.concatenate(H, axis=1) @ Wb.W_O + Wb.b_O
+    for f in MHA_FUNCTIONS:
+        assert np.allclose(f(X, Wb), by_hand, rtol=0, atol=1e-12)
+        assert not np.allclose(f(X, Wb), f(X, W0), rtol=0, atol=1e-3)
+        zero = mha_lit.Weights(**W0.arrays(), b_O=np.zeros(5))  # zero biases change nothing
+        assert np.allclose(f(X, zero), f(X, W0), rtol=0, atol=1e-15)
+
+
+def test_attention_weights_with_a_key_mask():
+    rng = np.random.default_rng(21)
+    Q, K = rng.standard_normal((3, 7)), rng.standard_normal((3, 7))
+    left_padded = np.array([False, True, True])
+    S = attention_weights(Q, K, key_mask=left_padded)
+    assert np.all(S[:, 0] == 0.0)  # the padded key gets no weight
+    assert np.all(S[0] == 0.0)  # query 1 may look only at the padded key 1: it attends to nothing
+    assert np.allclose(S[1:].sum(axis=1), 1.0)
+    assert np.allclose(S[1:, 1:], attention_weights(Q[1:], K[1:]), rtol=0, atol=1e-15)
+    assert np.array_equal(attention_weights(Q, K, key_mask=np.ones(3, bool)), attention_weights(Q, K))
+    with pytest.raises(ValueError, match=r"key_mask has shape \(2,\) but K is \(3, 7\)"):
+        attention_weights(Q, K, key_mask=np.ones(2, bool))
+
+
+@pytest.mark.parametrize(
+    "X_shape, key_mask, error, message",
+    [
+        ((2, 3, 5), np.ones((2, 4), bool), ValueError,
+         r"key_mask has shape \(2, 4\) but X is \(2, 3, 5\): .* shape \(2, 3\)"),
+        ((2, 3, 5), np.ones(3, bool), ValueError, r"key_mask has shape \(3,\) but X is \(2, 3, 5\)"),
+        ((3, 5), np.ones((1, 3), bool), ValueError, r"key_mask has shape \(1, 3\) but X is \(3, 5\)"),
+        ((2, 3, 5), np.ones((2, 3), int), TypeError, r"key_mask must be boolean .* got dtype int64"),
+        ((3, 5), np.array([1.0, 0.0, 1.0]), TypeError, r"key_mask must be boolean"),
+        ((2, 3, 5), [[True, True, True], [False, True]], ValueError,
+         r"key_mask must be an array of shape \(2, 3\).*rows of different lengths"),
+    ],
+)
+def test_bad_key_masks_are_refused_with_the_shapes_named(X_shape, key_mask, error, message):
+    X = np.ones(X_shape)
+    for f in MHA_FUNCTIONS:
+        with pytest.raises(error, match=message):
+            f(X, init_weights(), key_mask=key_mask)

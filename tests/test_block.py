@@ -6,9 +6,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import mha_lit
 from mha_lit import (
     BlockWeights,
     Dims,
+    attention,
     feed_forward,
     gelu,
     gpt_block,
@@ -213,7 +215,7 @@ def test_pre_ln_and_post_ln_differ_and_only_post_ln_ends_normalised():
 def test_gpt_block_is_causal(config, seed, pre_ln, data):
     """Output row N depends only on input rows 1..N: change rows after N, rows up to N stay.
 
-    In every bit: the same shapes, so the same operations in the same order (see
+    Exactly (==): the same shapes, so the same operations in the same order (see
     test_changing_row_k_moves_no_earlier_output).
     """
     dims, d_ff = config
@@ -237,3 +239,174 @@ def test_gpt_block_errors_name_the_shapes():
         gpt_block(np.ones((3, 5)), init_weights())
     with pytest.raises(ValueError, match="NaN or infinite"):
         gpt_block(np.full((3, 5), np.nan), B)
+
+
+# --- chapter 8: GPT-2's block, exactly --------------------------------------------------------
+
+GPT2_SMALL = dict(d_model=768, heads=12, d_ff=3072)
+GPT2_TOL = 1e-10  # float64; outputs are of order 1-10, different products differ by ~1e-13
+
+
+def _gpt2_params(d_model, d_ff, seed):
+    """Random arrays with the names and shapes of one block of GPT-2's checkpoint.
+
+    Weights N(0, 0.05^2) (GPT-2 initialises with 0.02; larger here so that attention is far
+    from uniform), biases N(0, 0.1^2), layer-norm gains 1 + N(0, 0.1^2)."""
+    rng = np.random.default_rng(seed)
+    d, f = d_model, d_ff
+    shapes = {"ln_1.g": (d,), "ln_1.b": (d,), "attn.c_attn.w": (d, 3 * d), "attn.c_attn.b": (3 * d,),
+              "attn.c_proj.w": (d, d), "attn.c_proj.b": (d,), "ln_2.g": (d,), "ln_2.b": (d,),
+              "mlp.c_fc.w": (d, f), "mlp.c_fc.b": (f,), "mlp.c_proj.w": (f, d), "mlp.c_proj.b": (d,)}
+    p = {}
+    for name, shape in shapes.items():
+        scale = 0.05 if name.endswith(".w") else 0.1
+        p[name] = scale * rng.standard_normal(shape)
+    p["ln_1.g"] += 1.0
+    p["ln_2.g"] += 1.0
+    return p
+
+
+def _gpt2_block_as_gpt2_computes_it(x, p, n_head):
+    """GPT-2's block in plain NumPy, following the structure of its model.py: ln_1, c_attn,
+    split heads by reshape and transpose, causal softmax scaled by 1/sqrt(d_head) (masked as
+    GPT-2 masks: w * b - 1e10 * (1 - b)), merge heads, c_proj, residual; ln_2, c_fc, tanh GELU,
+    c_proj, residual. Shares no code with mha_lit."""
+
+    def norm(x, g, b, epsilon=1e-5):
+        u = x.mean(axis=-1, keepdims=True)
+        s = np.square(x - u).mean(axis=-1, keepdims=True)
+        return (x - u) / np.sqrt(s + epsilon) * g + b
+
+    def gelu_tanh(x):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * np.power(x, 3))))
+
+    def conv1d(x, name):
+        return x @ p[name + ".w"] + p[name + ".b"]
+
+    def split_heads(t):  # (n, d) -> (h, n, d_head)
+        return t.reshape(t.shape[0], n_head, -1).transpose(1, 0, 2)
+
+    def merge_heads(t):  # (h, n, d_head) -> (n, d)
+        return t.transpose(1, 0, 2).reshape(t.shape[1], -1)
+
+    def attn(x):
+        q, k, v = np.split(conv1d(x, "attn.c_attn"), 3, axis=-1)
+        q, k, v = split_heads(q), split_heads(k), split_heads(v)
+        w = q @ k.transpose(0, 2, 1) / np.sqrt(v.shape[-1])  # (h, n, n)
+        nd = w.shape[-1]
+        b = np.tril(np.ones((nd, nd)))  # attention_mask
+        w = w * b - 1e10 * (1 - b)
+        w = np.exp(w - w.max(axis=-1, keepdims=True))
+        w = w / w.sum(axis=-1, keepdims=True)
+        return conv1d(merge_heads(w @ v), "attn.c_proj")
+
+    def mlp(x):
+        return conv1d(gelu_tanh(conv1d(x, "mlp.c_fc")), "mlp.c_proj")
+
+    x = x + attn(norm(x, p["ln_1.g"], p["ln_1.b"]))
+    return x + mlp(norm(x, p["ln_2.g"], p["ln_2.b"]))
+
+
+def _block_weights_from_gpt2(p, heads):
+    attn = mha_lit.gpt2_attention_weights(p["attn.c_attn.w"], p["attn.c_attn.b"],
+                                          p["attn.c_proj.w"], p["attn.c_proj.b"], heads)
+    return BlockWeights(gamma_1=p["ln_1.g"], beta_1=p["ln_1.b"], attn=attn,
+                        gamma_2=p["ln_2.g"], beta_2=p["ln_2.b"],
+                        W_1=p["mlp.c_fc.w"], b_1=p["mlp.c_fc.b"],
+                        W_2=p["mlp.c_proj.w"], b_2=p["mlp.c_proj.b"])
+
+
+@pytest.mark.parametrize("tokens, seed", [(1, 0), (5, 1), (7, 2)])
+def test_gpt_block_computes_gpt2_small_block(tokens, seed):
+    p = _gpt2_params(GPT2_SMALL["d_model"], GPT2_SMALL["d_ff"], seed)
+    B = _block_weights_from_gpt2(p, GPT2_SMALL["heads"])
+    assert (B.attn.heads, B.attn.d_k, B.attn.d_v, B.d_ff) == (12, 64, 64, 3072)
+    X = np.random.default_rng(seed + 100).standard_normal((tokens, 768))
+    expected = _gpt2_block_as_gpt2_computes_it(X, p, n_head=12)
+    Z = gpt_block(X, B, pre_ln=True)
+    assert Z.shape == (tokens, 768)
+    assert np.allclose(Z, expected, rtol=0, atol=GPT2_TOL)
+    without_biases = mha_lit.Weights(**{n: getattr(B.attn, n) for n in ("W_Q", "W_K", "W_V", "W_O")})
+    B0 = BlockWeights(**{**{n: getattr(B, n) for n in ("gamma_1", "beta_1", "gamma_2", "beta_2",
+                                                       "W_1", "b_1", "W_2", "b_2")},
+                         "attn": without_biases})
+    assert not np.allclose(gpt_block(X, B0), expected, rtol=0, atol=1e-3)  # the biases matter
+
+
+def test_gpt2_attention_weights_split_q_k_v_and_heads_by_columns():
+    d, h = 12, 3  # d_head = 4
+    c_attn_w = np.arange(d * 3 * d, dtype=float).reshape(d, 3 * d)
+    c_attn_b = np.arange(3 * d, dtype=float) + 1000
+    c_proj_w, c_proj_b = np.eye(d), np.arange(d, dtype=float)
+    W = mha_lit.gpt2_attention_weights(c_attn_w, c_attn_b, c_proj_w, c_proj_b, h)
+    assert (W.heads, W.d_model, W.d_k, W.d_v) == (3, 12, 4, 4)
+    for i in range(h):
+        for part, (W_s, b_s) in enumerate([(W.W_Q, W.b_Q), (W.W_K, W.b_K), (W.W_V, W.b_V)]):
+            cols = slice(part * d + i * 4, part * d + (i + 1) * 4)
+            assert np.array_equal(W_s[i], c_attn_w[:, cols])
+            assert np.array_equal(b_s[i], c_attn_b[cols])
+    assert np.array_equal(W.W_O, c_proj_w) and np.array_equal(W.b_O, c_proj_b)
+
+
+def test_gpt2_attention_equals_its_fused_computation():
+    """Attention of the mapped Weights = GPT-2's attention alone (c_attn, heads, c_proj)."""
+    d, h, n = 15, 3, 7
+    p = _gpt2_params(d, 4 * d, seed=5)
+    W = mha_lit.gpt2_attention_weights(p["attn.c_attn.w"], p["attn.c_attn.b"],
+                                       p["attn.c_proj.w"], p["attn.c_proj.b"], h)
+    X = np.random.default_rng(5).standard_normal((n, d))
+    q, k, v = np.split(X @ p["attn.c_attn.w"] + p["attn.c_attn.b"], 3, axis=1)
+    heads = []
+    for i in range(h):
+        cols = slice(i * 5, (i + 1) * 5)
+        heads.append(attention(q[:, cols], k[:, cols], v[:, cols]))
+    expected = np.concatenate(heads, axis=1) @ p["attn.c_proj.w"] + p["attn.c_proj.b"]
+    for f in (multi_head_attention, mha_lit.multi_head_attention_reference):
+        assert np.allclose(f(X, W), expected, rtol=0, atol=1e-12)
+
+
+def test_gpt2_attention_weights_errors_name_the_shapes():
+    d = 12
+    good = dict(c_attn_w=np.zeros((d, 3 * d)), c_attn_b=np.zeros(3 * d),
+                c_proj_w=np.zeros((d, d)), c_proj_b=np.zeros(d), heads=3)
+    cases = [
+        ({"c_attn_w": np.zeros((d, 2 * d))}, ValueError,
+         r"c_attn_w has shape \(12, 24\) but must be \(d_model, 3 \* d_model\) = \(12, 36\)"),
+        ({"heads": 5}, ValueError, r"d_model = 12 is not divisible by heads = 5"),
+        ({"heads": 0}, ValueError, r"heads must be a positive integer, got 0"),
+        ({"heads": 2.0}, ValueError, r"heads must be a positive integer, got 2.0"),
+        ({"c_attn_b": np.zeros(d)}, ValueError,
+         r"c_attn_b has shape \(12,\) but must be \(36,\): c_attn_w is \(12, 36\), so d_model = 12"),
+        ({"c_proj_w": np.zeros((3 * d, d))}, ValueError, r"c_proj_w has shape \(36, 12\) but must be \(12, 12\)"),
+        ({"c_proj_b": np.zeros(3 * d)}, ValueError, r"c_proj_b has shape \(36,\) but must be \(12,\)"),
+        ({"c_attn_w": np.zeros(3 * d)}, ValueError, r"c_attn_w must be 2-D, got shape \(36,\)"),
+    ]
+    for change, error, message in cases:
+        with pytest.raises(error, match=message):
+            mha_lit.gpt2_attention_weights(**(good | change))
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+@pytest.mark.parametrize("dims, d_ff", CONFIGS)
+def test_block_weights_carry_attention_biases(dims, d_ff, pre_ln):
+    B = init_block_weights(dims, d_ff=d_ff, seed=6)
+    Bb = init_block_weights(dims, d_ff=d_ff, seed=6, attn_biases=True)
+    assert not B.attn.has_biases and Bb.attn.has_biases
+    extra = set(Bb.arrays()) - set(B.arrays())
+    assert extra == {"b_Q", "b_K", "b_V", "b_O"}
+    assert all(np.array_equal(B.arrays()[n], Bb.arrays()[n]) for n in B.arrays())
+    X = _X(dims)
+
+    def mha(x):
+        return mha_lit.multi_head_attention_reference(x, Bb.attn)
+
+    def ffn(x):
+        return feed_forward(x, Bb.W_1, Bb.b_1, Bb.W_2, Bb.b_2)
+
+    if pre_ln:
+        mid = X + mha(layer_norm(X, Bb.gamma_1, Bb.beta_1))
+        expected = mid + ffn(layer_norm(mid, Bb.gamma_2, Bb.beta_2))
+    else:
+        mid = layer_norm(X + mha(X), Bb.gamma_1, Bb.beta_1)
+        expected = layer_norm(mid + ffn(mid), Bb.gamma_2, Bb.beta_2)
+    assert np.allclose(gpt_block(X, Bb, pre_ln=pre_ln), expected, rtol=0, atol=1e-12)

@@ -287,3 +287,44 @@ def test_feed_forward_is_counted_as_two_products():
         traced = block.feed_forward(log.track(X), W_1, b_1, W_2, b_2)
     assert np.array_equal(np.asarray(traced), plain)
     assert [(r.a_shape, r.b_shape) for r in log.records] == [((3, 5), (5, 17)), ((3, 17), (17, 5))]
+
+
+# --- chapter 8: biases are parameters, but adding them is not a product ----------------------
+
+@pytest.mark.parametrize("dims", PRIME_DIMS)
+def test_biases_add_no_recorded_product(dims):
+    W = init_weights(dims, seed=6)
+    Wb = init_weights(dims, seed=6, biases=True)
+    X = _X(dims)
+    with counting.record_matmuls() as log:
+        plain = mha_lit.multi_head_attention_reference(log.track(X), W)
+    with counting.record_matmuls() as log_b:
+        biased = mha_lit.multi_head_attention_reference(log_b.track(X), Wb)
+    assert len(log_b) == counting.matmuls_per_attention_layer(dims.heads)
+    assert [(r.a_shape, r.b_shape) for r in log_b.records] == [(r.a_shape, r.b_shape)
+                                                               for r in log.records]
+    assert log_b.multiply_adds == log.multiply_adds
+    assert counting.label_attention_products(log_b, Wb) == counting.label_attention_products(log, W)
+    assert not np.allclose(np.asarray(biased), np.asarray(plain), rtol=0, atol=1e-3)
+
+
+def test_block_with_biases_counts_its_parameters_like_the_config():
+    """With attention biases a block's arrays are exactly a GPT layer's parameters."""
+    block = pytest.importorskip("mha_lit.block")
+    dims = Dims(tokens=3, d_model=15, d_k=5, d_v=5, heads=3)  # d_k = d_v = d_model / h
+    B = block.init_block_weights(dims, d_ff=17, seed=0, attn_biases=True)
+    bd = counting.param_breakdown(TransformerConfig(1, 15, 3, 17, 13, 11))
+    per_layer = bd["attention (W_Q, W_K, W_V, W_O, biases)"] + bd["feed-forward (W_1, b_1, W_2, b_2)"]
+    per_layer += bd["layer norms"] - 2 * 15  # the final layer norm is not a block's
+    assert sum(a.size for a in B.arrays().values()) == per_layer
+
+
+def test_gpt2_small_attention_weights_have_the_configs_parameter_count():
+    cfg = counting.PRESETS["gpt2-small"]
+    d = cfg.d_model
+    rng = np.random.default_rng(0)
+    W = mha_lit.gpt2_attention_weights(rng.standard_normal((d, 3 * d)), rng.standard_normal(3 * d),
+                                       rng.standard_normal((d, d)), rng.standard_normal(d),
+                                       cfg.n_heads)
+    per_layer = counting.param_breakdown(cfg)["attention (W_Q, W_K, W_V, W_O, biases)"] // cfg.n_layers
+    assert sum(a.size for a in W.arrays().values()) == per_layer == 4 * d * d + 4 * d

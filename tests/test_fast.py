@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mha_lit
 import mha_lit.fast as fast
 from mha_lit import (
     Dims,
@@ -203,3 +204,114 @@ def test_block_and_tile_must_be_positive_integers(block, tile):
     X, W = _case(Dims(), np.float64)
     with pytest.raises(ValueError, match="must be a positive integer"):
         multi_head_attention_fast(X, W, block=block, tile=tile)
+
+
+# --- chapter 8: biases, batches and key padding on the fast path ---------------------------
+
+def _batch(dims, B, dtype, seed, biases=True, left=False):
+    """X (B, n, d_model), W with biases, and a key_mask (B, n) whose sequences have lengths
+    n, n - 1, ..., padded on the right (or left); a sequence keeps at least one token."""
+    W = init_weights(dims, seed=seed, dtype=dtype, biases=biases)
+    X = np.random.default_rng(seed + 1).standard_normal((B, dims.tokens, dims.d_model))
+    n = dims.tokens
+    lengths = [max(1, n - b) for b in range(B)]
+    key_mask = np.array([[(n - 1 - t if left else t) < L for t in range(n)] for L in lengths])
+    return X.astype(dtype), W, key_mask
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right padding", "left padding"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dims, B", list(zip(ALL_DIMS, [2, 3, 5, 2, 3, 2, 7, 3, 2])), ids=str)
+def test_fast_path_equals_reference_for_batches_masks_and_biases(dims, B, dtype, causal, left):
+    X, W, key_mask = _batch(dims, B, dtype, seed=20, left=left)
+    for mask in (None, key_mask):
+        Y = multi_head_attention(X, W, causal, key_mask=mask)
+        assert Y.dtype == dtype and Y.shape == X.shape
+        assert _close(Y, multi_head_attention_reference(X, W, causal, key_mask=mask), dtype)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block, tile", [(1, None), (4, None), (5, 3), (13, 7), (2, 1)])
+@pytest.mark.parametrize("dims", [ALL_DIMS[2], ALL_DIMS[5], ALL_DIMS[7]], ids=str)
+def test_blocks_and_tiles_with_batches_masks_and_biases(dims, block, tile, causal):
+    X, W, key_mask = _batch(dims, 3, np.float64, seed=21, left=True)
+    Y = multi_head_attention_fast(X, W, causal, key_mask=key_mask, block=block, tile=tile)
+    assert _close(Y, multi_head_attention_reference(X, W, causal, key_mask=key_mask), np.float64)
+
+
+def test_fast_path_computes_no_padded_token():
+    """Padding is dropped before the products: one projection of the N real tokens, and each
+    sequence's scores are (real tokens) x (real tokens)."""
+    from mha_lit import counting
+
+    dims = Dims(tokens=7, d_model=5, d_k=3, d_v=2, heads=2)
+    X, W, key_mask = _batch(dims, 3, np.float64, seed=22, left=True)  # lengths 7, 6, 5
+    with counting.record_matmuls() as log:
+        multi_head_attention_fast(log.track(X), W, key_mask=key_mask)
+    assert log.records[0].b_shape == (5, 18)  # X^T of the 18 real tokens, one product
+    scores = [r.out_shape for r in log.records if r.b_shape[-2] == dims.d_k]
+    assert scores == [(2, 7, 7), (2, 6, 6), (2, 5, 5)]
+
+
+def test_an_all_padding_sequence_gives_zero_rows():
+    X, W, _ = _batch(Dims(tokens=5, d_model=7, d_k=3, d_v=13, heads=3), 2, np.float64, seed=23)
+    key_mask = np.array([[True, True, False, False, False], [False] * 5])
+    for f in (multi_head_attention, multi_head_attention_reference):
+        Y = f(X, W, key_mask=key_mask)
+        assert np.all(Y[1] == 0.0) and np.all(Y[0, 2:] == 0.0)
+        assert np.allclose(Y[0, :2], f(X[0, :2], W), rtol=0, atol=1e-12)
+    nothing = np.zeros((2, 5), bool)
+    assert np.all(multi_head_attention(X, W, key_mask=nothing) == 0.0)
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_fused_biases_hold_every_head_and_are_computed_once(dims):
+    W = init_weights(dims, seed=24, biases=True)
+    b_QKV, b_O = fast.fused_biases(W)
+    h, dk, dv = dims.heads, dims.d_k, dims.d_v
+    assert b_QKV.shape == (h * (2 * dk + dv),) and b_O is W.b_O
+    assert np.allclose(b_QKV[:dk] * np.sqrt(dk), W.b_Q[0], rtol=0, atol=1e-15)
+    assert np.array_equal(b_QKV[(2 * h - 1) * dk: 2 * h * dk], W.b_K[h - 1])
+    assert np.array_equal(b_QKV[2 * h * dk: 2 * h * dk + dv], W.b_V[0])
+    assert fast.fused_biases(W)[0] is b_QKV and not b_QKV.flags.writeable
+    assert fast.fused_biases(init_weights(dims, seed=24)) == (None, None)
+
+
+def test_missing_biases_are_zero_in_the_fused_bias():
+    W0 = init_weights(seed=25, biases=True)
+    W = mha_lit.Weights(W0.W_Q, W0.W_K, W0.W_V, W0.W_O, b_K=W0.b_K)  # only b_K
+    b_QKV, b_O = fast.fused_biases(W)
+    assert np.all(b_QKV[:14] == 0.0) and np.all(b_QKV[28:] == 0.0) and np.all(b_O == 0.0)
+    X = np.random.default_rng(25).standard_normal((3, 5))
+    assert _close(multi_head_attention(X, W), multi_head_attention_reference(X, W), np.float64)
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_project_heads_adds_the_biases(dims):
+    X, _ = _case(dims, np.float64, seed=26)
+    W = init_weights(dims, seed=26, biases=True)
+    Q_T, K_T, V_T = project_heads(X, W)
+    for i in range(dims.heads):
+        assert np.allclose(Q_T[i].T, (X @ W.W_Q[i] + W.b_Q[i]) / np.sqrt(dims.d_k), atol=1e-13)
+        assert np.allclose(K_T[i].T, X @ W.W_K[i] + W.b_K[i], atol=1e-13)
+        assert np.allclose(V_T[i].T, X @ W.W_V[i] + W.b_V[i], atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "X, key_mask",
+    [
+        (np.ones((2, 3, 5)), np.ones((3, 2), bool)),
+        (np.ones((2, 3, 5)), np.ones((2, 3), np.int8)),
+        (np.ones((3, 5)), np.ones((3, 1), bool)),
+        (np.ones((2, 3, 5, 1)), None),
+    ],
+    ids=["mask transposed", "int mask", "mask (n, 1)", "4-D"],
+)
+def test_bad_batches_and_masks_are_refused_the_same_way(X, key_mask):
+    W = init_weights(seed=27)
+    with pytest.raises((TypeError, ValueError)) as ref_error:
+        multi_head_attention_reference(X, W, key_mask=key_mask)
+    with pytest.raises(ref_error.type) as fast_error:
+        multi_head_attention(X, W, key_mask=key_mask)
+    assert str(fast_error.value) == str(ref_error.value)

@@ -198,3 +198,39 @@ def test_a_real_step_does_work_linear_in_the_cache_length(dims):
         assert shapes == [(dims.heads, 1, n + 1), (dims.heads, 1, dims.d_v)]
         assert log.multiply_adds == dims.heads * (n + 1) * (dims.d_k + dims.d_v)
         assert np.allclose(y, multi_head_attention(X[: n + 1], W)[-1], atol=1e-12)
+
+
+# --- chapter 8: GPT-2's biases ----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_steps_with_biases_equal_reference_and_fast_path(dims, dtype, tol):
+    """Random non-zero biases: reference = fast path = KV cache, step by step (to rounding)."""
+    from mha_lit import multi_head_attention_reference
+
+    W = init_weights(dims, seed=31, dtype=dtype, biases=True)
+    assert all(np.any(b != 0) for b in (W.b_Q, W.b_K, W.b_V, W.b_O))
+    X = np.random.default_rng(32).standard_normal((dims.tokens + 4, dims.d_model)).astype(dtype)
+    cache = KVCache(W, capacity=2)
+    Y_steps = np.stack([cache.step(x) for x in X])
+    Y_ref = multi_head_attention_reference(X, W)
+    assert Y_steps.dtype == dtype
+    assert np.allclose(Y_steps, Y_ref, rtol=0, atol=tol)
+    assert np.allclose(multi_head_attention(X, W), Y_ref, rtol=0, atol=tol)
+    for i in range(dims.heads):  # the cached rows are the biased K and V
+        assert np.allclose(cache.keys[i], X @ W.W_K[i] + W.b_K[i], rtol=0, atol=tol)
+        assert np.allclose(cache.values[i], X @ W.W_V[i] + W.b_V[i], rtol=0, atol=tol)
+
+
+def test_a_step_with_biases_records_the_same_products():
+    """Adding a bias is not a matrix product: a step still makes the same two products."""
+    from mha_lit import counting
+
+    W = init_weights(seed=33, biases=True)
+    X = np.random.default_rng(33).standard_normal((4, 5))
+    cache = KVCache(W)
+    cache.extend(X[:3])
+    with counting.record_matmuls() as log:
+        y = cache.step(log.track(X[3]))
+    assert [r.out_shape for r in log.records] == [(2, 1, 4), (2, 1, 11)]
+    assert np.allclose(y, multi_head_attention(X, W)[-1], rtol=0, atol=1e-12)

@@ -110,6 +110,10 @@ def test_head_heatmaps_one_panel_per_head_with_the_mask(h, n):
     assert f"{S[-1, -1, 0]:.2f}" in [t.get_text() for t in fig.axes[-1].texts]
     with pytest.raises(ValueError, match=r"\(heads, n, n\), got shape \(3, 3\)"):
         plots.head_heatmaps(np.ones((3, 3)))
+    named = plots.head_heatmaps(S, titles=[f"panel {i}" for i in range(h)])
+    assert [ax.get_title() for ax in named.axes] == [f"panel {i}" for i in range(h)]
+    with pytest.raises(ValueError, match=f"{h + 1} titles for {h} heads"):
+        plots.head_heatmaps(S, titles=["title"] * (h + 1))
 
 
 def test_concat_output_outlines_each_head_block():
@@ -123,6 +127,11 @@ def test_concat_output_outlines_each_head_block():
     assert np.allclose(y_ax.images[0].get_array(), np.concatenate(list(H), axis=1) @ W_O)
     outlined = [p for ax in fig.axes for p in ax.patches]
     assert len(outlined) == 4  # two blocks of Concat's columns, two of W_O's rows
+    # head 1's outline differs from head 2's, and neither is the red or blue of the values
+    styles = {(tuple(p.get_edgecolor()), p.get_linestyle()) for p in outlined}
+    assert len(styles) == 2
+    for (r, g, b, _), _ in styles:
+        assert not (r > 0.6 and g < 0.4 and b < 0.4) and not (b > 0.6 and r < 0.4 and g < 0.6)
     with pytest.raises(ValueError, match=r"got H \(2, 3, 11\), W_O \(21, 5\)"):
         plots.concat_output(H, W_O[:21])
 
@@ -148,6 +157,8 @@ def test_kv_cost_curves_draws_both_counts_and_their_sums():
     assert [line.get_label() for line in per.lines] == ["recompute every row", "with the KV cache"]
     assert np.array_equal(per.lines[1].get_ydata(), cached)
     assert np.array_equal(total.lines[0].get_ydata(), np.cumsum(recomputed))
+    # log axes: linear growth and quadratic growth have visibly different slopes
+    assert all(ax.get_xscale() == ax.get_yscale() == "log" for ax in (per, total))
     with pytest.raises(ValueError, match="one length"):
         plots.kv_cost_curves(n, cached[:-1], recomputed)
 
@@ -172,7 +183,7 @@ def test_gpt_block_diagram_post_ln_boxes_arrows_and_shapes():
                      "Linear: output projection", "Softmax"]
     assert arrows.count("arrow") == len(nodes) - 1 and arrows.count("residual") == 2
     assert all(title in texts for title in nodes)
-    assert "GELU, per row: 5 → 13 → 5" in texts and texts.count("3 × 5") == 5
+    assert "GELU, per row: 5 → 17 → 5" in texts and texts.count("3 × 5") == 5
     assert any(t.startswith("× L") for t in texts)
     assert [p.get_gid() for p in fig.axes[0].patches].count("frame") == 1
 

@@ -7,9 +7,9 @@ that depends on those bits. Two guards can:
 
 1. ``test_notebooks_reproduce_when_products_sum_in_another_order`` re-executes every notebook
    of ``_toc.yml`` in a Jupyter kernel that loads ``reorder_sums``: every ``@`` in the cells
-   and in ``mha_lit`` sums in another order, chosen by the shapes (see that module), and, on a
-   CPU with AVX-512, NumPy's own loops (``exp``, sums) run their AVX2 versions, as on most
-   laptops. Every cell must still run, every ``assert`` hold and every stored output match.
+   and in ``mha_lit`` sums in another order, chosen by the shapes and the line of code (see
+   that module), and, on a CPU with AVX-512, NumPy's own vectorised functions (``exp``, for
+   one) run their AVX2 versions, as on most laptops. Every cell must still run, every ``assert`` hold and every stored output match.
 2. ``test_no_stored_output_shows_rounding_noise`` reads the stored outputs: no number of
    rounding size (a difference of 1e-17) and no "bit for bit" claim about a computed value.
 
@@ -18,6 +18,7 @@ The OpenBLAS environment variables are left as the machine sets them.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reorder_sums
 from reorder_sums import matmul_in_another_order, split_point
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +71,7 @@ def test_reordered_product_moves_last_bits():
 
 
 def test_gaining_a_row_moves_the_split_and_the_bits():
-    """As under a BLAS kernel that blocks by shape: the first 3 rows of a 4-row product differ."""
+    """As under a BLAS kernel chosen by shape: the first 39 rows of a 40-row product differ."""
     assert split_point(3, 7, 5) != split_point(4, 7, 5)
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((40, 7)), rng.standard_normal((7, 5))
@@ -87,10 +89,23 @@ def test_exact_products_stay_exact():
     assert np.array_equal(matmul_in_another_order(one_hot, table), table[[4, 0, 12]])
 
 
-def test_same_shapes_repeat_themselves():
+def test_same_shapes_and_code_repeat_themselves_other_code_does_not():
     rng = np.random.default_rng(11)
-    a, b = rng.standard_normal((3, 22)), rng.standard_normal((22, 5))
-    assert np.array_equal(matmul_in_another_order(a, b), matmul_in_another_order(a.copy(), b.copy()))
+    a, b = rng.standard_normal((30, 22)), rng.standard_normal((22, 5))
+    once = matmul_in_another_order(a, b, site=17)
+    assert np.array_equal(once, matmul_in_another_order(a.copy(), b.copy(), site=17))
+    assert split_point(30, 22, 5, site=17) != split_point(30, 22, 5, site=18)
+    assert not np.array_equal(once, matmul_in_another_order(a, b, site=18))
+
+
+def test_cells_and_modules_are_rewritten_with_their_own_sites():
+    tree = reorder_sums.rewrite(ast.parse("Y = X @ W\nZ = X @ W"), "<cell 0>")
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    assert [c.func.id for c in calls] == [reorder_sums.CALL_NAME] * 2
+    sites = [c.args[2].value for c in calls]
+    assert sites[0] != sites[1]  # two lines, two places
+    again = reorder_sums.rewrite(ast.parse("Y = X @ W\nZ = X @ W"), "<cell 0>")
+    assert [c.args[2].value for c in ast.walk(again) if isinstance(c, ast.Call)] == sites
 
 
 def test_other_operands_are_multiplied_as_usual():
@@ -155,7 +170,7 @@ def test_notebooks_reproduce_when_products_sum_in_another_order(tmp_path):
 # --- guard 2: no rounding noise in what the book stores -------------------------------------
 
 # A number in e-notation: its mantissa and exponent.
-E_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)e([-+]?\d+)\b")
+E_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d+)\b")
 
 
 def _output_texts(path: Path):
@@ -174,13 +189,14 @@ def noise_in(text: str) -> list[str]:
     """Numbers of rounding size, and bitwise claims, in a stored output.
 
     Rounding size: below 1e-13 (no bound a float64 computation on numbers near 1 can
-    promise), or below 1e-6 and not a plain power of ten such as the bound 1e-8.
+    promise), or below 1e-6 and not a plain power of ten such as the bound 1e-8, or a 0 in
+    e-notation (a difference printed as 0.0e+00 claims agreement to the last bit).
     """
     found = []
     for match in E_NUMBER.finditer(text):
         mantissa, exponent = float(match[1]), int(match[2])
         value = mantissa * 10.0**exponent
-        if 0 < value < 1e-13 or (0 < value < 1e-6 and mantissa != 1):
+        if value == 0 or value < 1e-13 or (value < 1e-6 and mantissa != 1):
             found.append(match[0])
     found += re.findall(r"bit for bit|bit-for-bit|bitwise", text, flags=re.IGNORECASE)
     return found
@@ -190,6 +206,8 @@ def test_noise_detector_finds_the_old_defects():
     assert noise_in("'to within 8.3e-17'") == ["8.3e-17"]
     assert noise_in("'exactly, bit for bit'") == ["bit for bit"]
     assert noise_in("'2e-16'") == ["2e-16"] and noise_in("'1e-16'") == ["1e-16"]
+    assert noise_in("largest difference: 0.0e+00") == ["0.0e+00"]
+    assert noise_in("error 3.1E-07") == ["3.1E-07"]
     assert noise_in("below 1e-12: True; eps = 1e-06; 2.5e-3 of a second") == []
 
 

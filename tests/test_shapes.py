@@ -96,3 +96,72 @@ def test_weights_refuse_non_numeric_and_non_finite():
     bad[3, 1] = np.nan
     with pytest.raises(ValueError, match=r"W_O of shape \(22, 5\) holds 1 NaN"):
         Weights(**(parts | {"W_O": bad}))
+
+
+# --- chapter 8: attention biases ------------------------------------------------------------
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+def test_init_weights_biases_are_opt_in_and_leave_the_matrices_alone(dims):
+    W, Wb = init_weights(dims, seed=2), init_weights(dims, seed=2, biases=True)
+    assert (W.b_Q, W.b_K, W.b_V, W.b_O) == (None, None, None, None) and not W.has_biases
+    assert Wb.has_biases
+    assert Wb.b_Q.shape == Wb.b_K.shape == (dims.heads, dims.d_k)
+    assert Wb.b_V.shape == (dims.heads, dims.d_v) and Wb.b_O.shape == (dims.d_model,)
+    assert all(np.array_equal(getattr(W, n), getattr(Wb, n)) for n in ("W_Q", "W_K", "W_V", "W_O"))
+    again = init_weights(dims, seed=2, biases=True)
+    assert all(np.array_equal(a, b) for a, b in zip(Wb.arrays().values(), again.arrays().values()))
+    assert list(W.arrays()) == ["W_Q", "W_K", "W_V", "W_O"]
+    assert list(Wb.arrays()) == ["W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"]
+
+
+def test_biases_are_private_read_only_copies_in_the_common_dtype():
+    W = init_weights(seed=3, dtype=np.float32)
+    b_O = np.arange(5.0)  # float64
+    W2 = Weights(W.W_Q, W.W_K, W.W_V, W.W_O, b_O=b_O)
+    b_O[0] = 99.0
+    assert W2.b_O[0] == 0.0 and W2.b_Q is None
+    assert W2.dtype == W2.b_O.dtype == W2.W_Q.dtype == np.float64  # the widest input
+    with pytest.raises(ValueError):
+        W2.b_O[1] = 1.0
+    W32 = W2.astype(np.float32)
+    assert W32.b_O.dtype == np.float32 and W32.b_Q is None
+    # integers become float64, as integer matrices do
+    assert Weights(W.W_Q, W.W_K, W.W_V, W.W_O, b_V=np.ones((2, 11), int)).dtype == np.float64
+    assert Weights(W.W_Q.astype(int), W.W_K, W.W_V, W.W_O).dtype == np.float64
+    assert repr(W2).endswith("dtype=float64, biases=True)")
+    assert repr(init_weights()) == "Weights(heads=2, d_model=5, d_k=7, d_v=11, dtype=float64)"
+
+
+def test_bias_gives_zeros_for_a_missing_bias():
+    W = Weights(**_parts(), b_K=np.ones((2, 7)))
+    assert np.array_equal(W.bias("b_K"), np.ones((2, 7)))
+    assert np.array_equal(W.bias("b_Q"), np.zeros((2, 7)))
+    assert np.array_equal(W.bias("b_V"), np.zeros((2, 11)))
+    assert np.array_equal(W.bias("b_O"), np.zeros(5))
+    assert not W.bias("b_O").flags.writeable
+    with pytest.raises(ValueError, match="no bias named 'b_1'"):
+        W.bias("b_1")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"b_Q": np.zeros((2, 5))}, r"b_Q has shape \(2, 5\) but W_Q expects \(h, d_k\) = \(2, 7\)"),
+        ({"b_K": np.zeros(14)}, r"b_K has shape \(14,\) but W_K expects \(h, d_k\) = \(2, 7\)"),
+        ({"b_V": np.zeros((2, 7))}, r"b_V has shape \(2, 7\) but W_V expects \(h, d_v\) = \(2, 11\)"),
+        ({"b_O": np.zeros((1, 5))}, r"b_O has shape \(1, 5\) but W_O expects \(d_model,\) = \(5,\)"),
+        ({"b_O": np.zeros(22)}, r"b_O has shape \(22,\)"),
+    ],
+)
+def test_weights_refuse_biases_of_the_wrong_shape(change, message):
+    with pytest.raises(ValueError, match=message):
+        Weights(**(_parts() | change))
+
+
+def test_weights_refuse_non_numeric_and_non_finite_biases():
+    with pytest.raises(TypeError, match="b_O must hold real numbers"):
+        Weights(**_parts(), b_O=np.array(list("abcde")))
+    bad = np.zeros((2, 11))
+    bad[1, 3] = np.inf
+    with pytest.raises(ValueError, match=r"b_V of shape \(2, 11\) holds 1 NaN or infinite"):
+        Weights(**_parts(), b_V=bad)

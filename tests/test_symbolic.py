@@ -123,3 +123,51 @@ def test_weight_matrices_shapes_and_order():
     assert str(W[3][0, 0]) == "W^{Q2}_{1,1}"
     with pytest.raises(ValueError, match="X must have 5 columns"):
         symbolic.multi_head_output(symbolic.matrix("x", 3, 4), W)
+
+
+# --- chapter 8: bias symbols, opt-in ----------------------------------------------------------
+
+def test_bias_vectors_shapes_names_and_order():
+    b = symbolic.bias_vectors(Dims())
+    assert [v.shape for v in b] == [(1, 7), (1, 7), (1, 11)] * 2 + [(1, 5)]
+    assert str(b[3][0, 2]) == "b^{Q2}_{3}" and str(b[-1][0, 0]) == "b^{O}_{1}"
+
+
+def test_default_output_has_no_bias_symbols_and_zero_biases_change_nothing():
+    dims = Dims(tokens=2, d_model=2, d_k=3, d_v=2, heads=1)
+    Y, X, W = symbolic.output_rows(dims)
+    assert not any(str(s).startswith("b^") for s in Y.free_symbols)
+    b = symbolic.bias_vectors(dims)
+    Yb = symbolic.multi_head_output(X, W, b)
+    assert any(str(s).startswith("b^") for s in Yb.free_symbols)
+    zero = {s: 0 for v in b for s in v}
+    assert sp.simplify(Yb.subs(zero) - Y) == sp.zeros(2, 2)
+
+
+@pytest.mark.parametrize("dims", [Dims(), Dims(tokens=4, d_model=2, d_k=3, d_v=5, heads=3)], ids=str)
+def test_output_with_biases_agrees_with_numpy_and_stays_causal(dims):
+    from mha_lit import init_weights, multi_head_attention_reference
+
+    X = symbolic.matrix("x", dims.tokens, dims.d_model)
+    Y = symbolic.multi_head_output(X, symbolic.weight_matrices(dims), symbolic.bias_vectors(dims))
+    assert symbolic.depends_on(Y, X) == [[j <= i for j in range(dims.tokens)]
+                                         for i in range(dims.tokens)]
+    Wn = init_weights(dims, seed=4, biases=True)
+    Xn = np.random.default_rng(4).standard_normal((dims.tokens, dims.d_model))
+    W, b = [], []
+    for i in range(dims.heads):
+        W += [sp.Matrix(Wn.W_Q[i]), sp.Matrix(Wn.W_K[i]), sp.Matrix(Wn.W_V[i])]
+        b += [sp.Matrix([Wn.b_Q[i]]), sp.Matrix([Wn.b_K[i]]), sp.Matrix([Wn.b_V[i]])]
+    exact = symbolic.multi_head_output(sp.Matrix(Xn), (*W, sp.Matrix(Wn.W_O)),
+                                       (*b, sp.Matrix([Wn.b_O])))
+    assert np.allclose(np.array(exact.evalf(), dtype=float),
+                       multi_head_attention_reference(Xn, Wn), rtol=0, atol=1e-10)
+
+
+def test_multi_head_output_refuses_biases_that_do_not_fit():
+    dims = Dims()
+    X, W, b = symbolic.matrix("x", 3, 5), symbolic.weight_matrices(dims), symbolic.bias_vectors(dims)
+    with pytest.raises(ValueError, match="W has 7 matrices, b has 6 vectors"):
+        symbolic.multi_head_output(X, W, b[:-1])
+    with pytest.raises(ValueError, match=r"3 x 7 matrix must be 1 x 7, got 7 x 1"):
+        symbolic.multi_head_output(X, W, (b[0].T, *b[1:]))
