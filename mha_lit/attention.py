@@ -104,8 +104,8 @@ def attention_weights(Q, K, causal: bool = True, *,
                          f"queries; Q is {Q.shape}, K is {K.shape}")
     scores = Q @ K.T / math.sqrt(d_k)  # (n, d_k) @ (d_k, m) -> (n, m)
     if causal:
-        i = np.arange(n)[:, None] + (m - n)  # (n, 1): position of query
-        later = np.arange(m)[None, :] > i  # (n, m): key j after query i
+        t = np.arange(n)[:, None] + (m - n)  # (n, 1): position of query t
+        later = np.arange(m)[None, :] > t  # (n, m): key u after query t
         scores = np.where(later, -np.inf, scores)  # (n, m)
     if key_mask is not None:
         return _padded_softmax(scores, check_key_mask(key_mask, K, "K"))

@@ -436,7 +436,7 @@ def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5,
     ``pre_ln=False`` draws GPT's block (layer norm after each residual
     addition), ``True`` GPT-2's (layer norm before each sub-layer, one more
     after the last block). Arrows carry their shape in the book's sizes;
-    the dashed frame is the block, repeated N times. Node patches have gid
+    the dashed frame is the block, repeated L times. Node patches have gid
     "node:<title>", arrows "arrow" or "residual". Returns the Figure.
     """
     nodes = _gpt_nodes(pre_ln, n, d_model, d_ff)
@@ -666,8 +666,9 @@ def causal_block_grid(n: int, block: int | None = None) -> plt.Figure:
     ax.set_xlim(0, n)
     ax.set_ylim(n, 0)
     ax.set_aspect("equal")
-    ax.set_xticks(edges[:-1])
-    ax.set_yticks(edges[:-1])
+    firsts = [str(e + 1) for e in edges[:-1]]  # counted from 1, as in the text
+    ax.set_xticks(edges[:-1], firsts)
+    ax.set_yticks(edges[:-1], firsts)
     ax.tick_params(labelsize=7)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")

@@ -262,7 +262,7 @@ def test_notation_page_states_the_sizes_the_code_uses():
         r"$d_v$": (dims.d_v,), r"$h$": (dims.heads,), r"$h\,d_v$": (dims.concat,),
         r"$d_\text{ff}$": (B.W_1.shape[1],), r"$n_\text{vocab}$": (len(VOCABULARY),),
         r"$X$": X.shape, r"$W_{Qi}$, $W_{Ki}$": W.W_K.shape[1:], r"$W_{Vi}$": W.W_V.shape[1:],
-        r"$Q_i$, $K_i$": Q.shape, r"$V_i$": V.shape, r"$Q_i K_i^\top$": (Q @ Q.T).shape,
+        r"$Q_i$, $K_i$": Q.shape, r"$V_i$": V.shape, r"$Q_i K_i^T$": (Q @ Q.T).shape,
         r"$H_i$": V.shape, r"$\operatorname{Concat}(H_1, H_2)$": (dims.tokens, dims.concat),
         r"$W_O$": W.W_O.shape, r"$Y$": X.shape,
         r"$\gamma_1$, $\beta_1$": B.gamma_1.shape, r"$\gamma_2$, $\beta_2$": B.beta_2.shape,
