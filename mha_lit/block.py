@@ -281,8 +281,9 @@ def gpt2_attention_weights(c_attn_w, c_attn_b, c_proj_w, c_proj_b,
     Book: chapter 8, "GPT-2's block, exactly". GPT-2 computes
     x @ c_attn_w + c_attn_b, (d_model,) -> (3 d_model,), splits it into
     q, k, v of d_model columns each, and each of those into ``heads``
-    heads of d_head = d_model / heads consecutive columns: head i of q is
-    columns i d_head .. (i+1) d_head - 1, so W_Q[i] is those columns of
+    heads of d_head = d_model / heads consecutive columns. Counting heads
+    and columns from 0, as Python does, head i of q is columns
+    i d_head .. (i+1) d_head - 1, so W_Q[i] is those columns of
     c_attn_w and b_Q[i] those entries of c_attn_b (k, v: shifted by
     d_model, 2 d_model). The merged heads are Concat; c_proj_w (d_model,
     d_model) is W_O and c_proj_b is b_O.
