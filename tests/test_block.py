@@ -168,27 +168,26 @@ def test_block_weights_refuse_wrong_shapes_with_the_shapes_named():
 
 # --- the block ----------------------------------------------------------------------------
 
+
+def _block_by_its_equations(X, B, pre_ln, mha):
+    """The block's equations written out: pre-LN or post-LN, with the attention given."""
+    def ffn(x):
+        return feed_forward(x, B.W_1, B.b_1, B.W_2, B.b_2)
+
+    if pre_ln:
+        mid = X + mha(layer_norm(X, B.gamma_1, B.beta_1))
+        return mid + ffn(layer_norm(mid, B.gamma_2, B.beta_2))
+    mid = layer_norm(X + mha(X), B.gamma_1, B.beta_1)
+    return layer_norm(mid + ffn(mid), B.gamma_2, B.beta_2)
+
+
 @pytest.mark.parametrize("pre_ln", [True, False])
 @pytest.mark.parametrize("dims, d_ff", CONFIGS)
 def test_gpt_block_matches_its_equations(dims, d_ff, pre_ln):
     B = init_block_weights(dims, d_ff=d_ff, seed=2)
     X = _X(dims)
-
-    def ln(x, g, b):
-        return layer_norm(x, g, b)
-
-    def ffn(x):
-        return feed_forward(x, B.W_1, B.b_1, B.W_2, B.b_2)
-
-    def mha(x):
-        return multi_head_attention(x, B.attn)
-
-    if pre_ln:
-        mid = X + mha(ln(X, B.gamma_1, B.beta_1))
-        expected = mid + ffn(ln(mid, B.gamma_2, B.beta_2))
-    else:
-        mid = ln(X + mha(X), B.gamma_1, B.beta_1)
-        expected = ln(mid + ffn(mid), B.gamma_2, B.beta_2)
+    expected = _block_by_its_equations(
+        X, B, pre_ln, lambda x: multi_head_attention(x, B.attn))
     Z = gpt_block(X, B, pre_ln=pre_ln)
     assert Z.shape == X.shape == (dims.tokens, dims.d_model)
     assert np.allclose(Z, expected, atol=1e-12)
@@ -397,16 +396,6 @@ def test_block_weights_carry_attention_biases(dims, d_ff, pre_ln):
     assert all(np.array_equal(B.arrays()[n], Bb.arrays()[n]) for n in B.arrays())
     X = _X(dims)
 
-    def mha(x):
-        return mha_lit.multi_head_attention_reference(x, Bb.attn)
-
-    def ffn(x):
-        return feed_forward(x, Bb.W_1, Bb.b_1, Bb.W_2, Bb.b_2)
-
-    if pre_ln:
-        mid = X + mha(layer_norm(X, Bb.gamma_1, Bb.beta_1))
-        expected = mid + ffn(layer_norm(mid, Bb.gamma_2, Bb.beta_2))
-    else:
-        mid = layer_norm(X + mha(X), Bb.gamma_1, Bb.beta_1)
-        expected = layer_norm(mid + ffn(mid), Bb.gamma_2, Bb.beta_2)
+    expected = _block_by_its_equations(
+        X, Bb, pre_ln, lambda x: mha_lit.multi_head_attention_reference(x, Bb.attn))
     assert np.allclose(gpt_block(X, Bb, pre_ln=pre_ln), expected, rtol=0, atol=1e-12)
