@@ -399,3 +399,21 @@ def test_block_weights_carry_attention_biases(dims, d_ff, pre_ln):
     expected = _block_by_its_equations(
         X, Bb, pre_ln, lambda x: mha_lit.multi_head_attention_reference(x, Bb.attn))
     assert np.allclose(gpt_block(X, Bb, pre_ln=pre_ln), expected, rtol=0, atol=1e-12)
+
+
+def test_init_block_weights_draws_the_documented_distributions():
+    """Gains 1 + N(0, 0.1^2), biases N(0, 0.1^2), W_1 and W_2 N(0, 1/fan_in).
+
+    d_ff is 13 times d_model, so a scale taken from the wrong fan-in fails clearly.
+    """
+    dims = Dims(tokens=3, d_model=31, d_k=7, d_v=11, heads=2)
+    B = init_block_weights(dims, d_ff=401, seed=4)
+    for name in ("gamma_1", "gamma_2"):
+        gains = getattr(B, name)
+        assert abs(gains.mean() - 1) < 0.06 and abs(gains.std() - 0.1) < 0.04, name
+    for name in ("beta_1", "beta_2", "b_1", "b_2"):
+        biases = getattr(B, name)
+        assert abs(biases.mean()) < 0.06 and abs(biases.std() - 0.1) < 0.04, name
+    for name, fan in (("W_1", 31), ("W_2", 401)):
+        entries = getattr(B, name).ravel() * np.sqrt(fan)  # should be N(0, 1)
+        assert abs(entries.mean()) < 0.05 and abs(entries.std() - 1) < 0.05, name

@@ -165,3 +165,22 @@ def test_weights_refuse_non_numeric_and_non_finite_biases():
     bad[1, 3] = np.inf
     with pytest.raises(ValueError, match=r"b_V of shape \(2, 11\) holds 1 NaN or infinite"):
         Weights(**_parts(), b_V=bad)
+
+
+def test_init_weights_draws_the_documented_distributions():
+    """Entries are N(0, 1/fan_in): W_Q, W_K, W_V scaled by 1/sqrt(d_model), W_O by 1/sqrt(h d_v).
+
+    Sizes are chosen so that the two fan-ins differ by a factor of 20: a scale applied to the
+    wrong fan-in, or multiplied instead of divided, is far outside the tolerance.
+    """
+    dims = Dims(tokens=3, d_model=31, d_k=37, d_v=211, heads=3)
+    W = init_weights(dims, seed=11)
+    fan_in = {"W_Q": 31, "W_K": 31, "W_V": 31, "W_O": 3 * 211}
+    for name, fan in fan_in.items():
+        entries = getattr(W, name).ravel() * np.sqrt(fan)  # should be N(0, 1)
+        assert abs(entries.mean()) < 0.05, name
+        assert abs(entries.std() - 1) < 0.05, name
+    b = init_weights(dims, seed=11, biases=True)
+    for name in ("b_Q", "b_K", "b_V", "b_O"):
+        entries = getattr(b, name).ravel()  # N(0, 0.1^2)
+        assert abs(entries.mean()) < 0.05 and abs(entries.std() - 0.1) < 0.03, name
