@@ -40,6 +40,7 @@ import zlib
 import numpy as np
 
 CALL_NAME = "__matmul_in_another_order__"
+SHORT = 8  # sums this short also have their terms rotated: more orders to choose from
 PACKAGE = "mha_lit"
 
 
@@ -54,6 +55,10 @@ def split_point(m: int, k: int, n: int, site: int = 0) -> int:
 
 def matmul_in_another_order(a, b, site: int = 0):
     """``a @ b``, with the sum over the shared axis split in two by ``split_point``.
+
+    A short sum (k <= SHORT terms) also has its terms rotated first, by a number of places
+    chosen like the split point, so that two different lines of code are more likely to add
+    in different orders (for three terms, all three ways of adding them are reached).
 
     Anything that is not a pair of floating NumPy arrays (SymPy matrices, integer arrays) is
     multiplied as usual, and so is a pair whose shapes do not fit, so that NumPy raises its own
@@ -82,6 +87,11 @@ def matmul_in_another_order(a, b, site: int = 0):
     m = a.shape[-2] if a.ndim >= 2 else 1
     n = b.shape[-1] if b.ndim >= 2 else 1
     s = split_point(m, k, n, site)
+    if k <= SHORT:  # few split points: also rotate the order of the terms
+        turn = ((m + n + site) // (k - 1)) % k
+        order = np.roll(np.arange(k), -turn)
+        a = a[..., order]
+        b = b[order] if b.ndim == 1 else b[..., order, :]
     if b.ndim == 1:
         head, tail = b[:s], b[s:]
     else:

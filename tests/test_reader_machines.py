@@ -98,6 +98,19 @@ def test_same_shapes_and_code_repeat_themselves_other_code_does_not():
     assert not np.array_equal(once, matmul_in_another_order(a, b, site=18))
 
 
+def test_short_sums_meet_every_way_of_adding_three_terms():
+    """3 terms can be added in 3 ways ((p+q)+r, (p+r)+q, (q+r)+p); 2 split points reach only 2.
+
+    Rotating the terms before the split reaches all 3.
+    """
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((200, 3)), rng.standard_normal((3, 9))
+    results = {matmul_in_another_order(a, b, site=site).tobytes() for site in range(12)}
+    assert len(results) == 3
+    for site in range(12):
+        assert np.allclose(matmul_in_another_order(a, b, site=site), a @ b, rtol=0, atol=1e-13)
+
+
 def test_cells_and_modules_are_rewritten_with_their_own_sites():
     tree = reorder_sums.rewrite(ast.parse("Y = X @ W\nZ = X @ W"), "<cell 0>")
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
