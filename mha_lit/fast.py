@@ -172,18 +172,21 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool,
     Book: chapter 12, "Online softmax". Keys are taken ``tile`` at a time.
     A running maximum mx, running sum ell and running unnormalised output
     acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
-    no row of scores longer than ``tile`` ever exists. Returns H
-    (h, b, d_v).
+    no row of scores longer than ``tile`` ever exists. They are kept in at
+    least float32, as FlashAttention keeps them, so that float16 inputs do
+    not accumulate in float16. Returns H (h, b, d_v) in the input's dtype.
     """
     m = r1 if causal else K_T.shape[2]
     Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k)
     h, b, d_v = Q.shape[0], Q.shape[1], V_T.shape[1]
-    mx = np.full((h, b, 1), -np.inf, Q.dtype)  # running row maxima
-    ell = np.zeros((h, b, 1), Q.dtype)  # running sums of exp(S - mx)
-    acc = np.zeros((h, b, d_v), Q.dtype)  # running sum of exp(S - mx) V
+    dtype = np.promote_types(Q.dtype, np.float32)  # of the running values
+    mx = np.full((h, b, 1), -np.inf, dtype)  # running row maxima
+    ell = np.zeros((h, b, 1), dtype)  # running sums of exp(S - mx)
+    acc = np.zeros((h, b, d_v), dtype)  # running sum of exp(S - mx) V
     for c0 in range(0, m, tile):
         c1 = min(c0 + tile, m)
-        S = Q @ K_T[:, :, c0:c1]  # (h, b, w)
+        # (h, b, w), in float32 at least
+        S = (Q @ K_T[:, :, c0:c1]).astype(dtype, copy=False)
         if causal and c1 - 1 > r0:
             _mask_later_keys(S, r0, c0)
         # finite after the first tile
@@ -191,10 +194,10 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool,
         # rescales what was summed so far
         alpha = np.exp(mx - mx_new)  # (h, b, 1)
         ell = ell * alpha + _exp_shifted_inplace(S, mx_new)  # (h, b, 1)
-        acc = (acc * alpha
-               + S @ V_T[:, :, c0:c1].transpose(0, 2, 1))  # (h, b, d_v)
+        V = V_T[:, :, c0:c1].transpose(0, 2, 1)  # (h, w, d_v)
+        acc = acc * alpha + S @ V.astype(dtype, copy=False)  # (h, b, d_v)
         mx = mx_new
-    return acc / ell  # (h, b, d_v)
+    return (acc / ell).astype(Q.dtype, copy=False)  # (h, b, d_v)
 
 
 def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None,

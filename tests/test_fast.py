@@ -315,3 +315,21 @@ def test_bad_batches_and_masks_are_refused_the_same_way(X, key_mask):
     with pytest.raises(ref_error.type) as fast_error:
         multi_head_attention(X, W, key_mask=key_mask)
     assert str(fast_error.value) == str(ref_error.value)
+
+
+@pytest.mark.parametrize("tile", [1, 64])
+def test_float16_inputs_accumulate_in_float32(tile):
+    """4099 equal scores: the running sum reaches 4099, past float16's exact integers (2048).
+
+    In float16 the sum would stall near 2048 and the output would be far off; kept in float32,
+    as FlashAttention keeps it, the output is the mean of the values to float16 rounding.
+    """
+    rng = np.random.default_rng(16)
+    n = 4099
+    Q_T = np.zeros((1, 2, 1), np.float16)  # (h, d_k, 1 query): every score is 0
+    K_T = rng.standard_normal((1, 2, n)).astype(np.float16)  # (h, d_k, n)
+    V_T = rng.standard_normal((1, 3, n)).astype(np.float16)  # (h, d_v, n)
+    H = attend_tiled(Q_T, K_T, V_T, 0, 1, False, tile)  # (h, 1, d_v)
+    assert H.dtype == np.float16 and H.shape == (1, 1, 3)
+    expected = V_T.astype(np.float64).mean(axis=-1)  # (h, d_v): equal weights
+    assert np.allclose(H[:, 0].astype(np.float64), expected, rtol=0, atol=2e-3)
