@@ -214,7 +214,7 @@ def test_pre_ln_and_post_ln_differ_and_only_post_ln_ends_normalised():
 def test_gpt_block_is_causal(config, seed, pre_ln, data):
     """Output row N depends only on input rows 1..N: change rows after N, rows up to N stay.
 
-    Exactly (==): the same shapes, so the same operations in the same order (see
+    To rounding: two runs are two computations (see
     test_changing_row_k_moves_no_earlier_output).
     """
     dims, d_ff = config
@@ -225,7 +225,7 @@ def test_gpt_block_is_causal(config, seed, pre_ln, data):
                       label="new later rows")
     X2 = X.copy()
     X2[N:] = later
-    assert np.array_equal(gpt_block(X, B, pre_ln)[:N], gpt_block(X2, B, pre_ln)[:N])
+    assert np.allclose(gpt_block(X, B, pre_ln)[:N], gpt_block(X2, B, pre_ln)[:N], rtol=0, atol=1e-10)
 
 
 def test_gpt_block_errors_name_the_shapes():
