@@ -3,7 +3,9 @@
 Book: chapter 9 "The transformer at a glance" (one_hot), chapter 10
 "Counting the multiplications" (matmuls_per_attention_layer,
 TransformerConfig, PRESETS, param_count, matmul_count, record_matmuls) and
-chapter 11 "From counts to time" (forward_flops, attention_crossover).
+chapter 11 "From counts to time" (forward_flops, attention_crossover,
+non_embedding_params) and chapter 12 "Computing it efficiently"
+(kv_cache_bytes).
 
 Letters in shape comments and formulas:
 
@@ -51,6 +53,8 @@ __all__ = [
     "PUBLISHED_PARAMS",
     "param_breakdown",
     "param_count",
+    "non_embedding_params",
+    "kv_cache_bytes",
     "matmul_breakdown",
     "matmul_count",
     "flops_breakdown",
@@ -181,31 +185,59 @@ def _check_config(cfg) -> TransformerConfig:
     return cfg
 
 
-def param_breakdown(cfg: TransformerConfig) -> dict[str, int]:
+def param_breakdown(cfg: TransformerConfig,
+                    tied: bool = True) -> dict[str, int]:
     """Trainable parameters of a GPT-2/GPT-3 model by component.
 
-    Book: chapter 10. Token embedding V x d_model (shared with the output
-    layer, as in GPT-2 and GPT-3), learned positions n_ctx x d_model; per
-    layer W_Q, W_K, W_V, W_O with biases, W_1, b_1, W_2, b_2, and two layer
-    norms; one final layer norm.
+    Book: chapter 10. Token embedding V x d_model, learned positions
+    n_ctx x d_model; per layer W_Q, W_K, W_V, W_O with biases, W_1, b_1,
+    W_2, b_2, and two layer norms; one final layer norm. With ``tied`` (as
+    in GPT-2's released weights) the output layer reuses the token
+    embedding; ``tied=False`` adds an output matrix d_model x V of its own.
     """
     c = _check_config(cfg)
     L, d, f = c.n_layers, c.d_model, c.d_ff
+    untied = {} if tied else {"output layer (untied)": d * c.vocab_size}
     return {
         "token embedding": c.vocab_size * d,
         "position embedding": c.context_length * d,
         "attention (W_Q, W_K, W_V, W_O, biases)": L * (4 * d * d + 4 * d),
         "feed-forward (W_1, b_1, W_2, b_2)": L * (2 * d * f + f + d),
         "layer norms": L * 4 * d + 2 * d,
+        **untied,
     }
 
 
-def param_count(cfg: TransformerConfig) -> int:
-    """Total trainable parameters (output layer tied to the embedding).
+def param_count(cfg: TransformerConfig, tied: bool = True) -> int:
+    """Total trainable parameters; ``tied``: output layer reuses the embedding.
 
     Book: chapter 10.
     """
-    return sum(param_breakdown(cfg).values())
+    return sum(param_breakdown(cfg, tied).values())
+
+
+def non_embedding_params(cfg: TransformerConfig) -> int:
+    """N of Kaplan et al.: 12 L d_model^2, the weights outside the embeddings.
+
+    Book: chapter 11. Biases and layer norms are left out, as in their
+    approximation (they are under 0.1 % of N for GPT models).
+    """
+    c = _check_config(cfg)
+    return 2 * c.n_layers * c.d_model * (2 * c.d_model + c.d_ff)
+
+
+def kv_cache_bytes(cfg: TransformerConfig, tokens: int = 1,
+                   bytes_per_value: int = 2) -> int:
+    """Bytes of one sequence's KV cache: 2 L h d_head per token.
+
+    Book: chapter 12, "Why a KV-cache step is bound by memory". Every layer
+    keeps a key and a value row of width h d_head = d_model per token; the
+    default of 2 bytes per value is fp16/bf16, as models are served.
+    """
+    c = _check_config(cfg)
+    n = _positive_int("tokens", tokens)
+    b = _positive_int("bytes_per_value", bytes_per_value)
+    return 2 * c.n_layers * c.n_heads * c.d_head * n * b
 
 
 def matmul_breakdown(cfg: TransformerConfig,

@@ -329,3 +329,38 @@ def test_gpt2_small_attention_weights_have_the_configs_parameter_count():
                                        cfg.n_heads)
     per_layer = counting.param_breakdown(cfg)["attention (W_Q, W_K, W_V, W_O, biases)"] // cfg.n_layers
     assert sum(a.size for a in W.arrays().values()) == per_layer == 4 * d * d + 4 * d
+
+
+def test_untied_output_layer_adds_one_embedding_matrix():
+    cfg = counting.TransformerConfig(2, 15, 3, 17, 13, 11)
+    tied, untied = counting.param_count(cfg), counting.param_count(cfg, tied=False)
+    assert untied - tied == 15 * 13
+    assert "output layer (untied)" in counting.param_breakdown(cfg, tied=False)
+    assert "output layer (untied)" not in counting.param_breakdown(cfg)
+
+
+def test_gpt3_tying_evidence_comes_from_the_small_model():
+    # Brown et al. 2020, Table 2.1: 125M and 175.0B; untied small is far off, tied close
+    small, big = counting.PRESETS["gpt3-small"], counting.PRESETS["gpt3-175b"]
+    assert abs(counting.param_count(small) / 125e6 - 1) < 0.01
+    assert counting.param_count(small, tied=False) / 125e6 - 1 > 0.3
+    assert abs(counting.param_count(big) / 175e9 - 1) < 0.003
+    assert abs(counting.param_count(big, tied=False) / 175e9 - 1) < 0.002
+
+
+def test_non_embedding_params_is_12_L_d_squared_for_gpt_shapes():
+    for cfg in counting.PRESETS.values():
+        assert counting.non_embedding_params(cfg) == 12 * cfg.n_layers * cfg.d_model**2
+    odd = counting.TransformerConfig(2, 15, 3, 17, 13, 11)  # d_ff not 4 d_model
+    assert counting.non_embedding_params(odd) == 2 * (4 * 15 * 15 + 2 * 15 * 17)
+
+
+def test_kv_cache_bytes_gpt3_fp16():
+    gpt3 = counting.PRESETS["gpt3-175b"]
+    assert counting.kv_cache_bytes(gpt3) == 2 * 96 * 12288 * 2 == 4_718_592
+    assert counting.kv_cache_bytes(gpt3, 2048) == 2048 * 4_718_592
+    assert counting.kv_cache_bytes(gpt3, 3, bytes_per_value=4) == 3 * 2 * 96 * 12288 * 4
+    with pytest.raises(ValueError, match="tokens"):
+        counting.kv_cache_bytes(gpt3, 0)
+    with pytest.raises(TypeError, match="bytes_per_value"):
+        counting.kv_cache_bytes(gpt3, 1, bytes_per_value=2.0)
