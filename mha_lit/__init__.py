@@ -4,10 +4,11 @@ The book: "Multi-Head Attention, Computed". Read the modules in the
 book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
 ``attention`` (softmax, causal mask, one head, many heads), ``kv_cache``,
 ``block`` (the GPT block; GPT-2's exactly, with attention biases),
-``symbolic`` (SymPy).
+``symbolic`` (SymPy); then Part II's ``counting``, ``fast`` and
+``roofline`` (from CPU to GPU).
 """
 
-from . import counting, plots, symbolic
+from . import counting, plots, roofline, symbolic
 from .attention import (
     attention,
     attention_weights,
@@ -65,6 +66,7 @@ __all__ = [
     "symbolic",
     "counting",
     "plots",
+    "roofline",
 ]
 
 __version__ = "0.1.0"

@@ -686,3 +686,61 @@ def causal_block_grid(n: int, block: int | None = None) -> plt.Figure:
     return fig
 
 # --- end of Part II --------------------------------------------------------
+
+
+# --- Part II, chapter 13: the roofline ---------------------------------------
+
+_ROOF_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e")
+_POINT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def roofline(ceilings, points=None, title=None) -> plt.Figure:
+    """Roofline of one or more machines, with products placed on it.
+
+    Book: chapter 13. ``ceilings`` maps a machine's label to (peak FLOP/s,
+    bandwidth in bytes/s); its roof min(peak, intensity * bandwidth) is
+    drawn log-log with its ridge point marked. ``points`` maps a product's
+    label to (intensity in FLOPs/byte, machine label): the product is
+    drawn on that machine's roof, at the rate the roofline allows it.
+    Roof lines carry gid "roof:<label>", points "point:<label>".
+    """
+    if not ceilings:
+        raise ValueError("ceilings must name at least one machine")
+    points = dict(points or {})
+    for label, (peak, bw) in ceilings.items():
+        if not (peak > 0 and bw > 0):
+            raise ValueError(f"machine {label!r} needs a positive peak and "
+                             f"bandwidth, got {peak!r} and {bw!r}")
+    for label, (intensity, machine) in points.items():
+        if machine not in ceilings:
+            raise ValueError(f"point {label!r} names machine {machine!r}, "
+                             f"not one of {sorted(ceilings)}")
+        if not intensity > 0:
+            raise ValueError(f"point {label!r} needs a positive intensity, "
+                             f"got {intensity!r}")
+    ridges = [peak / bw for peak, bw in ceilings.values()]
+    xs = [i for i, _ in points.values()] + ridges
+    x = np.logspace(np.floor(np.log10(min(xs) / 2)),
+                    np.ceil(np.log10(max(xs) * 4)), 200)
+    fig, ax = plt.subplots(figsize=(7.2, 5.0))
+    colors = dict(zip(ceilings, _ROOF_COLORS * len(ceilings), strict=False))
+    for label, (peak, bw) in ceilings.items():
+        ax.loglog(x, np.minimum(peak, x * bw), color=colors[label], lw=2.2,
+                  label=f"{label}: ridge at {peak / bw:,.1f} FLOPs/byte",
+                  gid=f"roof:{label}")
+        ax.plot([peak / bw], [peak], marker="|", ms=14, mew=2,
+                color=colors[label])
+    for j, (label, (intensity, machine)) in enumerate(points.items()):
+        peak, bw = ceilings[machine]
+        ax.plot([intensity], [min(peak, intensity * bw)],
+                marker=_POINT_MARKERS[j % len(_POINT_MARKERS)], ms=8,
+                ls="none", color=colors[machine], mec="black",
+                label=f"{label} ({intensity:,.1f})", gid=f"point:{label}")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte)")
+    ax.set_ylabel("attainable rate (FLOP/s)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7.5, loc="lower right")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig

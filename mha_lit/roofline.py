@@ -1,0 +1,319 @@
+"""The roofline model: how fast a product can run, on a CPU and on a GPU.
+
+Book: chapter 13 "From CPU to GPU" (everything here) and chapter 12
+"Computing it efficiently" (``matmul_intensity``, ``measure_rates``,
+``attention_traffic``).
+
+A product of an (m x k) and a (k x n) matrix does m k n multiply-adds,
+2 m k n FLOPs. It must at least read both factors and write the result:
+b (m k + k n + m n) bytes with b bytes per number. Its *arithmetic
+intensity* is the ratio, FLOPs per byte. A machine that does P FLOP/s and
+moves W bytes/s from main memory cannot finish the product faster than
+
+    max(FLOPs / P, bytes / W),
+
+so the rate it can reach is min(P, intensity * W) (Williams et al. 2009).
+The two limits meet at the *ridge point* P / W: products of lower intensity
+are bound by memory, products of higher intensity by arithmetic.
+
+The accelerators' rates are published specifications (``ACCELERATORS``,
+each with its datasheet's key in the book's bibliography): numbers derived
+from them are derived, not measured. The CPU's rates are measured on the
+machine that runs ``measure_rates``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .counting import TransformerConfig, _check_config, _positive_int
+
+__all__ = [
+    "Accelerator",
+    "ACCELERATORS",
+    "matmul_intensity",
+    "attainable_flops",
+    "roofline_seconds",
+    "Product",
+    "layer_products",
+    "compute_bound_batch",
+    "attention_traffic",
+    "training_flops",
+    "training_days",
+    "measure_rates",
+]
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator's published limits (dense, no structured sparsity).
+
+    ``peak_flops``: FLOP/s of its matrix units in ``precision``;
+    ``bandwidth``: bytes/s of its main memory (HBM); ``memory``: bytes of
+    HBM; ``l2``: bytes of L2 cache; ``sram_per_sm``: bytes of shared
+    memory one streaming multiprocessor (SM) can use; ``sms``: number of
+    SMs; ``source``: key of the datasheet in ``references.bib``.
+    """
+
+    name: str
+    peak_flops: float
+    precision: str
+    bandwidth: float
+    memory: float
+    l2: float
+    sram_per_sm: float
+    sms: int
+    source: str
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOPs per byte at which memory and arithmetic take equal time."""
+        return self.peak_flops / self.bandwidth
+
+
+# Published specifications, SXM boards (data, not measurements). Tensor-core
+# rates are the dense figures: the datasheets of A100, H100 and H200 print
+# twice as much "with sparsity" (2:4 structured sparsity), which dense
+# matrices cannot use. V100: the GPU GPT-3 was trained on (Brown et al.
+# 2020, section 2.3); its tensor cores take fp16 (bf16 came with A100).
+ACCELERATORS: dict[str, Accelerator] = {
+    "V100": Accelerator("NVIDIA V100 SXM2 32 GB", 125e12, "fp16", 900e9,
+                        32e9, 6 * 2**20, 96 * 2**10, 80, "nvidia2017v100"),
+    "A100": Accelerator("NVIDIA A100 SXM4 80 GB", 312e12, "bf16", 2039e9,
+                        80e9, 40 * 2**20, 164 * 2**10, 108, "nvidia2020a100"),
+    "H100": Accelerator("NVIDIA H100 SXM5 80 GB", 989e12, "bf16", 3.35e12,
+                        80e9, 50 * 2**20, 228 * 2**10, 132, "nvidia2022h100"),
+    "H200": Accelerator("NVIDIA H200 SXM 141 GB", 989e12, "bf16", 4.8e12,
+                        141e9, 50 * 2**20, 228 * 2**10, 132, "nvidia2024h200"),
+}
+
+
+def matmul_intensity(m: int, k: int, n: int, bytes_per_value: float) -> float:
+    """FLOPs per byte of an (m x k) @ (k x n) product.
+
+    Book: chapter 13, equation (eq-intensity). 2 m k n FLOPs over
+    b (m k + k n + m n) bytes: both factors read once, the result written
+    once, nothing read twice. For a few rows (m much smaller than k and n)
+    it is close to 2 m / b: a matrix-vector product (m = 1) in float32 does
+    one multiply-add per 4-byte weight.
+    """
+    m, k, n = (_positive_int(name, v) for name, v in (("m", m), ("k", k),
+                                                      ("n", n)))
+    if not bytes_per_value > 0:
+        raise ValueError(
+            f"bytes_per_value must be positive, got {bytes_per_value}")
+    return 2 * m * k * n / (bytes_per_value * (m * k + k * n + m * n))
+
+
+def attainable_flops(intensity, peak_flops: float, bandwidth: float):
+    """The roofline: min(peak, intensity * bandwidth), in FLOP/s.
+
+    Book: chapter 13. ``intensity`` may be an array (FLOPs per byte).
+    """
+    return np.minimum(peak_flops, np.asarray(intensity) * bandwidth)
+
+
+def roofline_seconds(flops: float, nbytes: float, peak_flops: float,
+                     bandwidth: float) -> float:
+    """The least time the roofline allows: max(FLOPs / peak, bytes / bandwidth).
+
+    Book: chapter 13.
+    """
+    return max(flops / peak_flops, nbytes / bandwidth)
+
+
+@dataclass(frozen=True)
+class Product:
+    """One kind of matrix product in a layer, ``count`` times (m x k) @ (k x n).
+
+    Book: chapter 13. ``flops`` and ``bytes`` are totals over the count,
+    with every operand read once and the result written once.
+    """
+
+    name: str
+    m: int
+    k: int
+    n: int
+    count: int
+    bytes_per_value: float
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.count * self.m * self.k * self.n
+
+    @property
+    def bytes(self) -> float:
+        m, k, n = self.m, self.k, self.n
+        return self.count * self.bytes_per_value * (m * k + k * n + m * n)
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte, as ``matmul_intensity``."""
+        return matmul_intensity(self.m, self.k, self.n, self.bytes_per_value)
+
+
+def layer_products(cfg: TransformerConfig, new_tokens: int, context: int,
+                   batch: int = 1,
+                   bytes_per_value: float = 2) -> list[Product]:
+    """The matrix products of one GPT layer, heads fused, for a batch.
+
+    Book: chapter 13. ``new_tokens`` rows per sequence are computed against
+    ``context`` keys (the new ones included): prefill of an n-token prompt
+    is ``new_tokens = context = n``; one decoding step with n cached tokens
+    is ``new_tokens = 1, context = n + 1``. The weight products see all
+    ``batch * new_tokens`` rows at once (the weights are shared); Q K^T and
+    S V are one product per sequence and head (every sequence has its own
+    keys and values). Scores are counted in full (no causal skipping).
+    """
+    c = _check_config(cfg)
+    t = _positive_int("new_tokens", new_tokens)
+    n = _positive_int("context", context)
+    B = _positive_int("batch", batch)
+    if t > n:
+        raise ValueError(f"new_tokens = {t} exceeds context = {n}: the new "
+                         "tokens are part of the context")
+    d, f, h, dh = c.d_model, c.d_ff, c.n_heads, c.d_head
+    rows, b = B * t, bytes_per_value
+    return [
+        Product("X W_QKV", rows, d, 3 * d, 1, b),
+        Product("Q K^T", t, dh, n, B * h, b),
+        Product("S V", t, n, dh, B * h, b),
+        Product("Concat W_O", rows, d, d, 1, b),
+        Product("X W_1", rows, d, f, 1, b),
+        Product("G W_2", rows, f, d, 1, b),
+    ]
+
+
+def compute_bound_batch(cfg: TransformerConfig, acc: Accelerator,
+                        bytes_per_value: float = 2) -> int:
+    """Smallest decoding batch whose weight products reach ``acc``'s ridge.
+
+    Book: chapter 13. In a decoding step every sequence adds one row to
+    each weight product; the intensity of the smallest weight product
+    (W_O, d_model x d_model) grows with the batch B as matmul_intensity(B,
+    d, d) and reaches the ridge point at the returned B. The products
+    against the KV cache (Q K^T, S V) do not take part: every sequence
+    reads its own cache, so their intensity does not grow with B.
+    """
+    c = _check_config(cfg)
+    ridge = acc.ridge_point
+    d = c.d_model
+    limit = 2 * d / (2 * bytes_per_value)  # intensity as B -> infinity
+    if limit <= ridge:
+        raise ValueError(
+            f"a {d} x {d} weight product never reaches {acc.name}'s ridge "
+            f"point of {ridge:.0f} FLOPs/byte at {bytes_per_value} bytes "
+            "per value, whatever the batch")
+    lo, hi = 1, 1
+    while matmul_intensity(hi, d, d, bytes_per_value) < ridge:
+        lo, hi = hi, 2 * hi
+    while lo < hi:  # the intensity grows with the batch: bisect
+        mid = (lo + hi) // 2
+        if matmul_intensity(mid, d, d, bytes_per_value) < ridge:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def attention_traffic(n: int, d: int, sram_values: int | None = None
+                      ) -> int:
+    """Numbers moved between main memory and the chip by one head's attention.
+
+    Book: chapter 12 and chapter 13, after Dao et al. (2022), who count the
+    accesses to a GPU's high-bandwidth memory (HBM) of one head with n
+    tokens and width d.
+
+    ``sram_values=None``: the standard computation (their Algorithm 0):
+    read Q and K, write S = Q K^T; read S, write P = softmax(S); read P
+    and V, write O = P V: 4 n d + 4 n^2 numbers, Theta(n d + n^2).
+
+    ``sram_values=M``: the tiled computation with on-chip memory of M
+    numbers (their Algorithm 1): blocks of B_c = ceil(M / 4d) keys and
+    values are read once (2 n d); for each of the T_c = ceil(n / B_c)
+    key blocks every query block reads Q_i and O_i and writes O_i, and
+    reads and writes the row statistics m and l (3 n d + 4 n).
+    Theta(n^2 d^2 / M): S and P never leave the chip.
+    """
+    n = _positive_int("n", n)
+    d = _positive_int("d", d)
+    if sram_values is None:
+        return 4 * n * d + 4 * n * n
+    M = _positive_int("sram_values", sram_values)
+    if M < 4 * d:
+        raise ValueError(f"on-chip memory of {M} numbers cannot hold a block "
+                         f"of one key, value and query row of width d = {d}")
+    block_keys = math.ceil(M / (4 * d))
+    key_blocks = math.ceil(n / block_keys)
+    return 2 * n * d + key_blocks * (3 * n * d + 4 * n)
+
+
+def training_flops(params: float, tokens: float) -> float:
+    """C = 6 N D: training FLOPs for N parameters and D tokens.
+
+    Book: chapter 13. Per token and parameter, 2 FLOPs forward and 4
+    backward (gradients with respect to activations and to weights)
+    (Kaplan et al. 2020).
+    """
+    return 6.0 * params * tokens
+
+
+def training_days(flops: float, acc: Accelerator, gpus: int,
+                  mfu: float) -> float:
+    """Days to do ``flops`` on ``gpus`` copies of ``acc`` at utilisation ``mfu``.
+
+    Book: chapter 13. Model FLOPs utilisation (MFU) is the share of the
+    peak rate that the model's own FLOPs (6 N per token) reach.
+    """
+    gpus = _positive_int("gpus", gpus)
+    if not 0 < mfu <= 1:
+        raise ValueError(f"mfu must lie in (0, 1], got {mfu}")
+    return flops / (gpus * acc.peak_flops * mfu) / 86400
+
+
+def _best_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_rates(dtype=np.float32, size: int = 1024,
+                  stream_bytes: int = 256 * 2**20, repeats: int = 5,
+                  seed: int = 0) -> dict[str, float]:
+    """This machine's limits, measured in one run: FLOP/s and bytes/s.
+
+    Book: chapter 12 and chapter 13. Returns
+
+    - ``"matmul"``: FLOP/s of a (size x size) @ (size x size) product;
+    - ``"matvec"``: FLOP/s of a matrix of ``stream_bytes`` bytes times a
+      vector (every weight read from main memory for one multiply-add);
+    - ``"bandwidth"``: bytes/s of that matrix-vector product's weights;
+    - ``"copy"``: bytes/s of copying ``stream_bytes`` bytes (read + write,
+      counted as in the STREAM benchmark), one core.
+
+    Each is the best of ``repeats`` runs after a warm-up. The values
+    depend on the machine and on what else runs on it.
+    """
+    dtype = np.dtype(dtype)
+    size = _positive_int("size", size)
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((size, size)).astype(dtype)  # (size, size)
+    B = rng.standard_normal((size, size)).astype(dtype)  # (size, size)
+    t_mm = _best_seconds(lambda: A @ B, repeats)
+    cols = 1024
+    rows = max(1, stream_bytes // (cols * dtype.itemsize))
+    M = rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
+    x = rng.standard_normal(cols).astype(dtype)  # (cols,)
+    t_mv = _best_seconds(lambda: M @ x, repeats)
+    dst = np.empty_like(M)
+    t_cp = _best_seconds(lambda: np.copyto(dst, M), repeats)
+    return {"matmul": 2 * size**3 / t_mm, "matvec": 2 * M.size / t_mv,
+            "bandwidth": M.nbytes / t_mv, "copy": 2 * M.nbytes / t_cp}

@@ -1,0 +1,137 @@
+"""The roofline module: intensities, roofs, layer products, traffic, training time."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from mha_lit import counting, plots, roofline  # noqa: E402
+
+GPT2, GPT3 = counting.PRESETS["gpt2-small"], counting.PRESETS["gpt3-175b"]
+
+
+def test_intensity_of_the_book_shapes_and_its_small_m_limit():
+    # (3 x 5) @ (5 x 7) in float64: 2*105 FLOPs over 8 * (15 + 35 + 21) bytes
+    assert roofline.matmul_intensity(3, 5, 7, 8) == 210 / (8 * 71)
+    # one row against a large square matrix: 2 k n / (b (k + k n + n)) -> 2 / b
+    assert abs(roofline.matmul_intensity(1, 4096, 4096, 4) - 0.5) < 1e-3
+    with pytest.raises(ValueError, match="bytes_per_value"):
+        roofline.matmul_intensity(1, 2, 3, 0)
+    with pytest.raises(TypeError, match="k must be a positive integer"):
+        roofline.matmul_intensity(1, 2.0, 3, 4)
+
+
+@given(st.integers(1, 4096), st.integers(1, 4096), st.integers(1, 4096))
+def test_intensity_grows_with_every_size(m, k, n):
+    base = roofline.matmul_intensity(m, k, n, 2)
+    assert roofline.matmul_intensity(m + 1, k, n, 2) > base
+    assert roofline.matmul_intensity(m, k, n + 1, 2) > base
+    assert roofline.matmul_intensity(m, k + 1, n, 2) > base
+    # never more than the smallest size: 2mkn / (mk + kn + mn) < 2 min(m, k, n) ... * 3/3
+    assert base <= 2 * min(m, k, n) / 2
+
+
+def test_roof_is_bandwidth_then_peak():
+    y = roofline.attainable_flops(np.array([1.0, 10.0, 100.0]), 1000.0, 20.0)
+    assert np.array_equal(y, [20.0, 200.0, 1000.0])
+    assert roofline.roofline_seconds(100.0, 10.0, 50.0, 1.0) == 10.0  # memory-bound
+    assert roofline.roofline_seconds(100.0, 1.0, 50.0, 10.0) == 2.0  # compute-bound
+
+
+def test_accelerator_table_is_the_datasheets_dense_figures():
+    a = roofline.ACCELERATORS
+    assert a["H100"].peak_flops == 989e12 and a["H100"].bandwidth == 3.35e12
+    assert a["H200"].peak_flops == a["H100"].peak_flops and a["H200"].bandwidth == 4.8e12
+    assert a["A100"].peak_flops == 312e12 and a["A100"].bandwidth == 2039e9
+    assert a["V100"].peak_flops == 125e12 and a["V100"].precision == "fp16"
+    assert abs(a["H100"].ridge_point - 295.2) < 0.1
+    bib = open("book/references.bib").read()
+    for acc in a.values():
+        assert "{" + acc.source + "," in bib, acc.source
+
+
+def test_layer_products_count_the_layer_and_the_cache():
+    prefill = roofline.layer_products(GPT2, 1024, 1024, bytes_per_value=4)
+    flops = sum(p.flops for p in prefill)
+    bd = counting.flops_breakdown(GPT2, 1024)
+    assert flops * GPT2.n_layers == sum(v for k, v in bd.items() if k != "output layer")
+    # one decoding step: weight bytes once, plus every head's cache, plus small vectors
+    step = roofline.layer_products(GPT3, 1, 2048, batch=1, bytes_per_value=2)
+    weights = 2 * (12 * GPT3.d_model**2)
+    cache = counting.kv_cache_bytes(GPT3, 2048) / GPT3.n_layers
+    total = sum(p.bytes for p in step)
+    assert weights + cache < total < 1.01 * (weights + cache)
+    # batching shares the weights, not the cache
+    step8 = roofline.layer_products(GPT3, 1, 2048, batch=8, bytes_per_value=2)
+    by = {p.name: p for p in step8}
+    assert by["X W_1"].bytes < 1.01 * {p.name: p for p in step}["X W_1"].bytes
+    assert by["Q K^T"].bytes == 8 * {p.name: p for p in step}["Q K^T"].bytes
+    with pytest.raises(ValueError, match="exceeds context"):
+        roofline.layer_products(GPT2, 5, 4)
+
+
+def test_compute_bound_batch_is_the_first_batch_past_the_ridge():
+    for acc in roofline.ACCELERATORS.values():
+        for cfg in (GPT2, GPT3):
+            B = roofline.compute_bound_batch(cfg, acc)
+            d = cfg.d_model
+            assert roofline.matmul_intensity(B, d, d, 2) >= acc.ridge_point
+            assert roofline.matmul_intensity(B - 1, d, d, 2) < acc.ridge_point
+    tiny = counting.TransformerConfig(1, 64, 4, 256, 13, 16)  # limit 64 FLOPs/byte
+    with pytest.raises(ValueError, match="never reaches"):
+        roofline.compute_bound_batch(tiny, roofline.ACCELERATORS["H100"])
+
+
+def test_attention_traffic_follows_dao_et_al():
+    n, d = 2048, 128
+    assert roofline.attention_traffic(n, d) == 4 * n * d + 4 * n * n
+    M = 100_000
+    tiled = roofline.attention_traffic(n, d, M)
+    Bc = math.ceil(M / (4 * d))
+    assert tiled == 2 * n * d + math.ceil(n / Bc) * (3 * n * d + 4 * n)
+    # Theta(n^2 d^2 / M): doubling n nearly quadruples the tiled traffic
+    assert 3.5 < roofline.attention_traffic(2 * n, d, M) / tiled < 4.1
+    # more on-chip memory, less traffic; the standard count does not depend on it
+    assert roofline.attention_traffic(n, d, 4 * M) < tiled
+    with pytest.raises(ValueError, match="cannot hold"):
+        roofline.attention_traffic(n, d, 100)
+
+
+def test_training_compute_of_gpt3():
+    C = roofline.training_flops(counting.param_count(GPT3), 300e9)
+    assert abs(C / 3.14e23 - 1) < 0.01  # Brown et al. 2020, Table D.1
+    days = roofline.training_days(C, roofline.ACCELERATORS["H100"], 1024, 0.5)
+    assert days == pytest.approx(C / (1024 * 989e12 * 0.5) / 86400)
+    with pytest.raises(ValueError, match="mfu"):
+        roofline.training_days(C, roofline.ACCELERATORS["H100"], 1, 1.5)
+
+
+def test_measure_rates_returns_positive_rates_of_each_kind():
+    rates = roofline.measure_rates(size=64, stream_bytes=2**20, repeats=1)
+    assert set(rates) == {"matmul", "matvec", "bandwidth", "copy"}
+    assert all(np.isfinite(v) and v > 0 for v in rates.values())
+    # the matrix-vector product does one multiply-add per 4-byte number read
+    assert rates["matvec"] / rates["bandwidth"] == pytest.approx(0.5)
+
+
+def test_roofline_plot_puts_points_on_their_roof():
+    fig = plots.roofline({"cpu": (100.0, 10.0), "gpu": (1000.0, 5.0)},
+                         {"decode": (0.5, "cpu"), "prefill": (800.0, "gpu")}, title="t")
+    ax = fig.axes[0]
+    lines = {ln.get_gid(): ln for ln in ax.lines if ln.get_gid()}
+    assert set(lines) == {"roof:cpu", "roof:gpu", "point:decode", "point:prefill"}
+    assert lines["point:decode"].get_ydata()[0] == 5.0  # 0.5 * 10, memory-bound
+    assert lines["point:prefill"].get_ydata()[0] == 1000.0  # at the peak
+    roof = lines["roof:gpu"]
+    assert np.max(roof.get_ydata()) == 1000.0
+    assert ax.get_xscale() == "log" and ax.get_title() == "t"
+    with pytest.raises(ValueError, match="not one of"):
+        plots.roofline({"cpu": (1.0, 1.0)}, {"p": (1.0, "tpu")})
+    with pytest.raises(ValueError, match="positive peak"):
+        plots.roofline({"cpu": (0.0, 1.0)})
