@@ -27,6 +27,7 @@ mha_lit's running example.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -100,8 +101,16 @@ def site(browser) -> Path:
     command = [_jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going"]
     if path_output != ROOT:
         command += ["--path-output", str(path_output)]
+    # Sphinx rewrites only changed pages, but every page's sidebar shows the table of
+    # contents: when _toc.yml or _config.yml changed since the last build, rebuild all pages.
+    settings = hashlib.sha256(b"".join((ROOT / f).read_bytes()
+                                       for f in ("_toc.yml", "_config.yml"))).hexdigest()
+    stamp = build / "settings_of_last_build.sha256"
+    if not stamp.is_file() or stamp.read_text() != settings:
+        command.append("--all")
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     build.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(settings if result.returncode == 0 else "")
     (build / "browser_test_build.log").write_text(result.stdout + result.stderr)
     if result.returncode != 0:
         shutil.rmtree(build / ".doctrees", ignore_errors=True)
