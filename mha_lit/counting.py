@@ -23,7 +23,7 @@ Counting rules of ``matmul_count`` (chapter 10 states them in words):
 2. A forward pass processes a whole sequence at once (no KV cache).
 3. Per layer, attention costs 5 products per head (X W_Q, X W_K, X W_V,
    Q K^T, S V) plus one (Concat W_O); the feed-forward network costs two
-   (X W_1, H W_2).
+   (X W_1, G W_2 with G = GELU(X W_1 + b_1)).
 4. The embedding lookup counts as one product (one-hot matrix times the
    embedding matrix), and so does the output layer (final hidden states
    times the transposed embedding).

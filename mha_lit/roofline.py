@@ -4,17 +4,18 @@ Book: chapter 13 "From CPU to GPU" (everything here) and chapter 12
 "Computing it efficiently" (``matmul_intensity``, ``measure_rates``,
 ``attention_traffic``).
 
-A product of an (m x k) and a (k x n) matrix does m k n multiply-adds,
-2 m k n FLOPs. It must at least read both factors and write the result:
-b (m k + k n + m n) bytes with b bytes per number. Its *arithmetic
-intensity* is the ratio, FLOPs per byte. A machine that does P FLOP/s and
-moves W bytes/s from main memory cannot finish the product faster than
+A product of an (a x b) and a (b x c) matrix does a b c multiply-adds,
+2 a b c FLOPs. It must at least read both factors and write the result:
+s (a b + b c + a c) bytes with s bytes per number. Its *arithmetic
+intensity* I is the ratio, FLOPs per byte. A machine that does at most pi
+FLOP/s and moves at most beta bytes/s from main memory cannot finish the
+product faster than
 
-    max(FLOPs / P, bytes / W),
+    max(FLOPs / pi, bytes / beta),
 
-so the rate it can reach is min(P, intensity * W) (Williams et al. 2009).
-The two limits meet at the *ridge point* P / W: products of lower intensity
-are bound by memory, products of higher intensity by arithmetic.
+so the rate it can reach is min(pi, I * beta) (Williams et al. 2009).
+The two limits meet at the *ridge point* I* = pi / beta: products of lower
+intensity are bound by memory, products of higher intensity by arithmetic.
 
 The accelerators' rates are published specifications (``ACCELERATORS``,
 each with its datasheet's key in the book's bibliography): numbers derived
@@ -52,11 +53,14 @@ __all__ = [
 class Accelerator:
     """One accelerator's published limits (dense, no structured sparsity).
 
-    ``peak_flops``: FLOP/s of its matrix units in ``precision``;
-    ``bandwidth``: bytes/s of its main memory (HBM); ``memory``: bytes of
-    HBM; ``l2``: bytes of L2 cache; ``sram_per_sm``: bytes of shared
-    memory one streaming multiprocessor (SM) can use; ``sms``: number of
-    SMs; ``source``: key of the datasheet in ``references.bib``.
+    ``peak_flops`` (pi): FLOP/s of its matrix units in ``precision``;
+    ``bandwidth`` (beta): bytes/s of its main memory (HBM); ``memory``:
+    bytes of HBM; ``l2``: bytes of L2 cache; ``sram_per_sm``: bytes of
+    shared memory one streaming multiprocessor (SM) can use;
+    ``registers_per_sm``: bytes of its register file; ``sms``: number of
+    SMs; ``source``: key of the datasheet in ``references.bib``. Capacities
+    on the chip are binary (a datasheet's "50 MB" of L2 is 50 MiB), HBM
+    capacities decimal, as the datasheets print them.
     """
 
     name: str
@@ -66,51 +70,59 @@ class Accelerator:
     memory: float
     l2: float
     sram_per_sm: float
+    registers_per_sm: float
     sms: int
     source: str
 
     @property
     def ridge_point(self) -> float:
-        """FLOPs per byte at which memory and arithmetic take equal time."""
+        """I* = pi / beta: FLOPs per byte at which memory and arithmetic
+        take equal time."""
         return self.peak_flops / self.bandwidth
 
 
 # Published specifications, SXM boards (data, not measurements). Tensor-core
-# rates are the dense figures: the datasheets of A100, H100 and H200 print
-# twice as much "with sparsity" (2:4 structured sparsity), which dense
-# matrices cannot use. V100: the GPU GPT-3 was trained on (Brown et al.
-# 2020, section 2.3); its tensor cores take fp16 (bf16 came with A100).
+# rates are the dense 16-bit figures: the datasheets of A100, H100 and H200
+# print twice as much "with sparsity" (2:4 structured sparsity), which dense
+# matrices cannot use, and H100/H200 twice as much again in fp8. V100: the
+# GPU GPT-3 was trained on (Brown et al. 2020, section 2.3); its tensor
+# cores take fp16 (bf16 came with A100). Every SM of these GPUs has 65,536
+# 32-bit registers (the architecture whitepapers).
 ACCELERATORS: dict[str, Accelerator] = {
     "V100": Accelerator("NVIDIA V100 SXM2 32 GB", 125e12, "fp16", 900e9,
-                        32e9, 6 * 2**20, 96 * 2**10, 80, "nvidia2017v100"),
+                        32e9, 6 * 2**20, 96 * 2**10, 256 * 2**10, 80,
+                        "nvidia2017v100"),
     "A100": Accelerator("NVIDIA A100 SXM4 80 GB", 312e12, "bf16", 2039e9,
-                        80e9, 40 * 2**20, 164 * 2**10, 108, "nvidia2020a100"),
+                        80e9, 40 * 2**20, 164 * 2**10, 256 * 2**10, 108,
+                        "nvidia2020a100"),
     "H100": Accelerator("NVIDIA H100 SXM5 80 GB", 989e12, "bf16", 3.35e12,
-                        80e9, 50 * 2**20, 228 * 2**10, 132, "nvidia2022h100"),
+                        80e9, 50 * 2**20, 228 * 2**10, 256 * 2**10, 132,
+                        "nvidia2022h100"),
     "H200": Accelerator("NVIDIA H200 SXM 141 GB", 989e12, "bf16", 4.8e12,
-                        141e9, 50 * 2**20, 228 * 2**10, 132, "nvidia2024h200"),
+                        141e9, 50 * 2**20, 228 * 2**10, 256 * 2**10, 132,
+                        "nvidia2024h200"),
 }
 
 
-def matmul_intensity(m: int, k: int, n: int, bytes_per_value: float) -> float:
-    """FLOPs per byte of an (m x k) @ (k x n) product.
+def matmul_intensity(a: int, b: int, c: int, bytes_per_value: float) -> float:
+    """FLOPs per byte of an (a x b) @ (b x c) product.
 
-    Book: chapter 13, equation (eq-intensity). 2 m k n FLOPs over
-    b (m k + k n + m n) bytes: both factors read once, the result written
-    once, nothing read twice. For a few rows (m much smaller than k and n)
-    it is close to 2 m / b: a matrix-vector product (m = 1) in float32 does
-    one multiply-add per 4-byte weight.
+    Book: chapter 13, equation (eq-intensity). 2 a b c FLOPs over
+    s (a b + b c + a c) bytes, s = ``bytes_per_value``: both factors read
+    once, the result written once, nothing read twice. For a few rows
+    (a much smaller than b and c) it is close to 2 a / s: a matrix-vector
+    product (a = 1) in float32 does one multiply-add per 4-byte weight.
     """
-    m, k, n = (_positive_int(name, v) for name, v in (("m", m), ("k", k),
-                                                      ("n", n)))
+    a, b, c = (_positive_int(name, v) for name, v in (("a", a), ("b", b),
+                                                      ("c", c)))
     if not bytes_per_value > 0:
         raise ValueError(
             f"bytes_per_value must be positive, got {bytes_per_value}")
-    return 2 * m * k * n / (bytes_per_value * (m * k + k * n + m * n))
+    return 2 * a * b * c / (bytes_per_value * (a * b + b * c + a * c))
 
 
 def attainable_flops(intensity, peak_flops: float, bandwidth: float):
-    """The roofline: min(peak, intensity * bandwidth), in FLOP/s.
+    """The roofline: min(pi, I * beta), in FLOP/s.
 
     Book: chapter 13. ``intensity`` may be an array (FLOPs per byte).
     """
@@ -119,7 +131,7 @@ def attainable_flops(intensity, peak_flops: float, bandwidth: float):
 
 def roofline_seconds(flops: float, nbytes: float, peak_flops: float,
                      bandwidth: float) -> float:
-    """The least time the roofline allows: max(FLOPs / peak, bytes / bandwidth).
+    """The least time the roofline allows: max(FLOPs / pi, bytes / beta).
 
     Book: chapter 13.
     """
@@ -128,32 +140,32 @@ def roofline_seconds(flops: float, nbytes: float, peak_flops: float,
 
 @dataclass(frozen=True)
 class Product:
-    """One kind of matrix product in a layer, ``count`` times (m x k) @ (k x n).
+    """One kind of matrix product in a layer, ``count`` times (a x b) @ (b x c).
 
     Book: chapter 13. ``flops`` and ``bytes`` are totals over the count,
     with every operand read once and the result written once.
     """
 
     name: str
-    m: int
-    k: int
-    n: int
+    a: int
+    b: int
+    c: int
     count: int
     bytes_per_value: float
 
     @property
     def flops(self) -> int:
-        return 2 * self.count * self.m * self.k * self.n
+        return 2 * self.count * self.a * self.b * self.c
 
     @property
     def bytes(self) -> float:
-        m, k, n = self.m, self.k, self.n
-        return self.count * self.bytes_per_value * (m * k + k * n + m * n)
+        a, b, c = self.a, self.b, self.c
+        return self.count * self.bytes_per_value * (a * b + b * c + a * c)
 
     @property
     def intensity(self) -> float:
         """FLOPs per byte, as ``matmul_intensity``."""
-        return matmul_intensity(self.m, self.k, self.n, self.bytes_per_value)
+        return matmul_intensity(self.a, self.b, self.c, self.bytes_per_value)
 
 
 def layer_products(cfg: TransformerConfig, new_tokens: int, context: int,
@@ -167,7 +179,8 @@ def layer_products(cfg: TransformerConfig, new_tokens: int, context: int,
     is ``new_tokens = 1, context = n + 1``. The weight products see all
     ``batch * new_tokens`` rows at once (the weights are shared); Q K^T and
     S V are one product per sequence and head (every sequence has its own
-    keys and values). Scores are counted in full (no causal skipping).
+    keys and values). Scores are counted in full (no causal skipping); S is
+    counted as written out and read back. G = GELU(X W_1 + b_1).
     """
     c = _check_config(cfg)
     t = _positive_int("new_tokens", new_tokens)
@@ -177,14 +190,14 @@ def layer_products(cfg: TransformerConfig, new_tokens: int, context: int,
         raise ValueError(f"new_tokens = {t} exceeds context = {n}: the new "
                          "tokens are part of the context")
     d, f, h, dh = c.d_model, c.d_ff, c.n_heads, c.d_head
-    rows, b = B * t, bytes_per_value
+    rows, s = B * t, bytes_per_value
     return [
-        Product("X W_QKV", rows, d, 3 * d, 1, b),
-        Product("Q K^T", t, dh, n, B * h, b),
-        Product("S V", t, n, dh, B * h, b),
-        Product("Concat W_O", rows, d, d, 1, b),
-        Product("X W_1", rows, d, f, 1, b),
-        Product("G W_2", rows, f, d, 1, b),
+        Product("X W_QKV", rows, d, 3 * d, 1, s),
+        Product("Q K^T", t, dh, n, B * h, s),
+        Product("S V", t, n, dh, B * h, s),
+        Product("Concat W_O", rows, d, d, 1, s),
+        Product("X W_1", rows, d, f, 1, s),
+        Product("G W_2", rows, f, d, 1, s),
     ]
 
 
@@ -195,7 +208,8 @@ def compute_bound_batch(cfg: TransformerConfig, acc: Accelerator,
     Book: chapter 13. In a decoding step every sequence adds one row to
     each weight product; the intensity of the smallest weight product
     (W_O, d_model x d_model) grows with the batch B as matmul_intensity(B,
-    d, d) and reaches the ridge point at the returned B. The products
+    d, d) and reaches the ridge point I* at the returned B (about s I* / 2
+    for a wide model, s = ``bytes_per_value``). The products
     against the KV cache (Q K^T, S V) do not take part: every sequence
     reads its own cache, so their intensity does not grow with B.
     """
@@ -233,11 +247,13 @@ def attention_traffic(n: int, d: int, sram_values: int | None = None
     and V, write O = P V: 4 n d + 4 n^2 numbers, Theta(n d + n^2).
 
     ``sram_values=M``: the tiled computation with on-chip memory of M
-    numbers (their Algorithm 1): blocks of B_c = ceil(M / 4d) keys and
-    values are read once (2 n d); for each of the T_c = ceil(n / B_c)
+    numbers (their Algorithm 1): O and the row statistics m and l are
+    first written as zeros (n d + 2 n); blocks of B_c = ceil(M / 4d) keys
+    and values are read once (2 n d); for each of the T_c = ceil(n / B_c)
     key blocks every query block reads Q_i and O_i and writes O_i, and
-    reads and writes the row statistics m and l (3 n d + 4 n).
-    Theta(n^2 d^2 / M): S and P never leave the chip.
+    reads and writes m and l (3 n d + 4 n). Theta(n^2 d^2 / M): S and P
+    never leave the chip. As n grows the ratio of the two counts tends to
+    M / (3 d^2).
     """
     n = _positive_int("n", n)
     d = _positive_int("d", d)
@@ -249,7 +265,7 @@ def attention_traffic(n: int, d: int, sram_values: int | None = None
                          f"of one key, value and query row of width d = {d}")
     block_keys = math.ceil(M / (4 * d))
     key_blocks = math.ceil(n / block_keys)
-    return 2 * n * d + key_blocks * (3 * n * d + 4 * n)
+    return n * d + 2 * n + 2 * n * d + key_blocks * (3 * n * d + 4 * n)
 
 
 def training_flops(params: float, tokens: float) -> float:
@@ -267,7 +283,7 @@ def training_days(flops: float, acc: Accelerator, gpus: int,
     """Days to do ``flops`` on ``gpus`` copies of ``acc`` at utilisation ``mfu``.
 
     Book: chapter 13. Model FLOPs utilisation (MFU) is the share of the
-    peak rate that the model's own FLOPs (6 N per token) reach.
+    peak rate pi that the model's own FLOPs (6 N per token) reach.
     """
     gpus = _positive_int("gpus", gpus)
     if not 0 < mfu <= 1:

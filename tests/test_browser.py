@@ -279,3 +279,22 @@ def test_notation_page_states_the_sizes_the_code_uses():
     }
     stated = _notation_rows()
     assert {symbol: stated.get(symbol) for symbol in expected} == expected
+
+
+def test_tables_that_cells_display_render_as_tables(site):
+    """A Markdown table a cell displays must become an HTML table, not a paragraph of pipes."""
+    import json
+
+    for page in PAGES:
+        notebook = ROOT / f"{page}.ipynb"
+        if not notebook.is_file():
+            continue
+        tables = sum(
+            1
+            for cell in json.loads(notebook.read_text())["cells"]
+            for out in cell.get("outputs", [])
+            if re.search(r"^\|(---\|)+$", "".join(out.get("data", {}).get("text/markdown", "")), re.M)
+        )
+        html = (site / f"{page}.html").read_text()
+        assert html.count("<table") >= tables, f"{page}: {tables} displayed tables"
+        assert not re.search(r"<p>\|[^<]*\|(---\||—\|)", html), f"{page}: a table left as text"

@@ -23,7 +23,7 @@ def test_intensity_of_the_book_shapes_and_its_small_m_limit():
     assert abs(roofline.matmul_intensity(1, 4096, 4096, 4) - 0.5) < 1e-3
     with pytest.raises(ValueError, match="bytes_per_value"):
         roofline.matmul_intensity(1, 2, 3, 0)
-    with pytest.raises(TypeError, match="k must be a positive integer"):
+    with pytest.raises(TypeError, match="b must be a positive integer"):
         roofline.matmul_intensity(1, 2.0, 3, 4)
 
 
@@ -33,7 +33,7 @@ def test_intensity_grows_with_every_size(m, k, n):
     assert roofline.matmul_intensity(m + 1, k, n, 2) > base
     assert roofline.matmul_intensity(m, k, n + 1, 2) > base
     assert roofline.matmul_intensity(m, k + 1, n, 2) > base
-    # never more than the smallest size: 2mkn / (mk + kn + mn) < 2 min(m, k, n) ... * 3/3
+    # never more than the wide limit 2 a / s, for a the fewest rows (s = 2 bytes)
     assert base <= 2 * min(m, k, n) / 2
 
 
@@ -94,11 +94,15 @@ def test_attention_traffic_follows_dao_et_al():
     M = 100_000
     tiled = roofline.attention_traffic(n, d, M)
     Bc = math.ceil(M / (4 * d))
-    assert tiled == 2 * n * d + math.ceil(n / Bc) * (3 * n * d + 4 * n)
+    assert tiled == n * d + 2 * n + 2 * n * d + math.ceil(n / Bc) * (3 * n * d + 4 * n)
     # Theta(n^2 d^2 / M): doubling n nearly quadruples the tiled traffic
     assert 3.5 < roofline.attention_traffic(2 * n, d, M) / tiled < 4.1
     # more on-chip memory, less traffic; the standard count does not depend on it
     assert roofline.attention_traffic(n, d, 4 * M) < tiled
+    # for long sequences the ratio of the two counts tends to M / (3 d^2)
+    long = 2**22
+    ratio = roofline.attention_traffic(long, d) / roofline.attention_traffic(long, d, M)
+    assert abs(ratio / (M / (3 * d * d)) - 1) < 0.05
     with pytest.raises(ValueError, match="cannot hold"):
         roofline.attention_traffic(n, d, 100)
 
