@@ -204,7 +204,8 @@ def bench_kv(dims: Dims, tokens: int, runs: int) -> dict:
     t_cache, t_full = (statistics.median(times[k]) for k in ("KV cache", "recompute prefix"))
     macs_cache, macs_full = multiply_adds(dims, tokens)
     W_QKV_T, W_O = fused_weights(W)
-    cache_bytes = sum(2 * dims.heads * p * dims.d_k * 4 for p in range(1, tokens + 1))
+    cache_bytes = sum(dims.heads * p * (dims.d_k + dims.d_v) * X.itemsize
+                      for p in range(1, tokens + 1))  # keys and values read at step p
     step_bytes = (W_QKV_T.nbytes + W_O.nbytes) * tokens + cache_bytes  # read per decode
     return {"t_cache": t_cache, "t_full": t_full, "speedup": t_full / t_cache,
             "macs_cache": macs_cache, "macs_full": macs_full,

@@ -5,7 +5,8 @@ book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
 ``attention`` (softmax, causal mask, one head, many heads), ``kv_cache``,
 ``block`` (the GPT block; GPT-2's exactly, with attention biases),
 ``symbolic`` (SymPy); then Part II's ``counting``, ``fast`` and
-``roofline`` (from CPU to GPU).
+``decoder`` (a small GPT that generates) and ``roofline`` (from CPU
+to GPU).
 """
 
 from . import counting, plots, roofline, symbolic
@@ -34,6 +35,7 @@ from .encoding import (
     sentence,
     sinusoidal_encoding,
 )
+from .decoder import Decoder, GPTWeights, gpt_forward, init_gpt_weights
 from .kv_cache import KVCache, recompute_multiply_adds, step_multiply_adds
 from .shapes import Dims, Weights, init_weights
 
@@ -53,6 +55,10 @@ __all__ = [
     "multi_head_attention",
     "multi_head_attention_reference",
     "KVCache",
+    "GPTWeights",
+    "init_gpt_weights",
+    "gpt_forward",
+    "Decoder",
     "step_multiply_adds",
     "recompute_multiply_adds",
     "layer_norm",

@@ -32,6 +32,7 @@ from .shapes import Dims, Weights, _frozen, as_float_array, init_weights
 __all__ = [
     "layer_norm",
     "gelu",
+    "erf",
     "feed_forward",
     "residual",
     "BlockWeights",
@@ -41,7 +42,58 @@ __all__ = [
 ]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_erf = np.frompyfunc(math.erf, 1, 1)  # elementwise erf (NumPy has none)
+
+
+def _power_fit(f, lo: float, hi: float, degree: int) -> tuple:
+    """(center, half_width, coefficients) of the polynomial of ``degree``
+    through f at the Chebyshev points of [lo, hi], in t = (x - center) /
+    half_width, lowest power first."""
+    k = np.arange(degree + 1)
+    nodes = np.cos(np.pi * (k + 0.5) / (degree + 1))  # t in [-1, 1]
+    center, half = (lo + hi) / 2, (hi - lo) / 2
+    values = [f(float(v)) for v in center + half * nodes]
+    cheb = np.polynomial.chebyshev.chebfit(nodes, values, degree)
+    return center, half, np.polynomial.chebyshev.cheb2poly(cheb)
+
+
+def _horner(fit: tuple, x: np.ndarray) -> np.ndarray:
+    """The polynomial of ``_power_fit`` at x, in one buffer."""
+    center, half, coef = fit
+    t = (x - center) / half
+    y = np.full_like(t, coef[-1])
+    for c in coef[-2::-1]:
+        y *= t
+        y += c
+    return y
+
+
+# NumPy has no erf. Two smooth functions of math.erf and math.erfc are
+# interpolated once, at import: erf(x) / x as a polynomial in x^2 for
+# |x| < 2, and erfc(x) exp(x^2) for 2 <= |x| < 6; beyond 6, erfc(x) <
+# 2e-17 and erf(x) rounds to +-1 in float64.
+_ERF_OVER_X = _power_fit(
+    lambda u: math.erf(math.sqrt(u)) / math.sqrt(u), 0.0, 4.0, 20)
+_ERFC_SCALED = _power_fit(
+    lambda x: math.erfc(x) * math.exp(x * x), 2.0, 6.0, 26)
+
+
+def erf(x) -> np.ndarray:
+    """The error function, elementwise, with NumPy array operations.
+
+    Book: chapter 8, "GELU" (the exact GELU). Within a few units in the
+    last place of float64 of ``math.erf`` (tests/test_block.py); keeps x's
+    floating dtype.
+    """
+    x = as_float_array(x, "x")
+    a = np.abs(x).astype(np.float64)  # shape of x
+    y = np.ones_like(a)  # |x| >= 6
+    small = a < 2.0
+    a_s = a[small]
+    y[small] = a_s * _horner(_ERF_OVER_X, a_s * a_s)
+    mid = ~small & (a < 6.0)
+    a_m = a[mid]
+    y[mid] = 1.0 - np.exp(-a_m * a_m) * _horner(_ERFC_SCALED, a_m)
+    return np.copysign(y, x).astype(x.dtype, copy=False)
 
 
 def layer_norm(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
@@ -62,6 +114,11 @@ def layer_norm(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
             f"got gamma {gamma.shape} and beta {beta.shape}")
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
+    return _layer_norm_rows(X, gamma, beta, eps)
+
+
+def _layer_norm_rows(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
+    """``layer_norm`` without the checks, for weights already checked."""
     mu = X.mean(axis=1, keepdims=True)  # (n, 1) one mean per row
     var = ((X - mu) ** 2).mean(axis=1, keepdims=True)  # (n, 1)
     X_hat = (X - mu) / np.sqrt(var + eps)  # (n, d_model) mean 0, var ~1
@@ -76,11 +133,24 @@ def gelu(x, approximate: bool = True) -> np.ndarray:
     ``approximate=False``: exact, 0.5 x (1 + erf(x / sqrt(2))).
     """
     x = as_float_array(x, "x")
+    return _gelu_values(x, approximate)
+
+
+def _gelu_values(x: np.ndarray, approximate: bool = True) -> np.ndarray:
+    """``gelu`` without the checks."""
     if approximate:
-        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x**3)  # shape of x
-        return 0.5 * x * (1.0 + np.tanh(inner))  # shape of x
-    erf = np.asarray(_erf(x / math.sqrt(2.0)), dtype=x.dtype)  # shape of x
-    return 0.5 * x * (1.0 + erf)  # shape of x
+        # sqrt(2/pi) x (1 + 0.044715 x^2), in one buffer: shape of x
+        inner = x * x
+        inner *= 0.044715
+        inner += 1.0
+        inner *= x
+        inner *= _SQRT_2_OVER_PI
+        np.tanh(inner, out=inner)  # tanh(...)
+        inner += 1.0
+        inner *= x
+        inner *= 0.5  # 0.5 x (1 + tanh(...))
+        return inner
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))  # shape of x
 
 
 def feed_forward(X, W_1, b_1, W_2, b_2) -> np.ndarray:
@@ -107,7 +177,16 @@ def feed_forward(X, W_1, b_1, W_2, b_2) -> np.ndarray:
             f"W_1 is {W_1.shape} (d_model = {d_model}, d_ff = {d_ff}) so "
             f"b_1, W_2, b_2 must be {want[0]}, {want[1]}, {want[2]}; "
             f"got {b_1.shape}, {W_2.shape}, {b_2.shape}")
-    hidden = gelu(X @ W_1 + b_1)  # X W_1 is (n, d_ff)
+    return _feed_forward_rows(X, W_1, b_1, W_2, b_2)
+
+
+def _feed_forward_rows(X, W_1, b_1, W_2, b_2) -> np.ndarray:
+    """``feed_forward`` without the checks, for weights already checked
+    (a decoding step must not read every weight twice)."""
+    if len(X) == 1:  # one row: matrix-vector products
+        hidden = _gelu_values(X[0] @ W_1 + b_1)  # (d_ff,)
+        return (hidden @ W_2 + b_2)[None]  # (1, d_model)
+    hidden = _gelu_values(X @ W_1 + b_1)  # X W_1 is (n, d_ff)
     return hidden @ W_2 + b_2  # (n, d_ff) @ (d_ff, d_model) -> (n, d_model)
 
 
@@ -206,8 +285,8 @@ class BlockWeights:
 
 
 def init_block_weights(dims: Dims | None = None, d_ff: int = 17,
-                       seed: int = 0, *,
-                       attn_biases: bool = False) -> BlockWeights:
+                       seed: int = 0, *, attn_biases: bool = False,
+                       dtype=np.float64) -> BlockWeights:
     """Random weights of one GPT block.
 
     Book: chapter 8, "The weights of a block".
@@ -217,12 +296,13 @@ def init_block_weights(dims: Dims | None = None, d_ff: int = 17,
     gains are 1 + N(0, 0.1^2) and biases N(0, 0.1^2), so that every
     parameter changes the output. W_1 and W_2 are N(0, 1/fan_in).
     ``attn_biases=True`` gives attention GPT-2's biases too (chapter 8,
-    "GPT-2's block, exactly"); nothing else changes.
+    "GPT-2's block, exactly"); nothing else changes. ``dtype`` is the
+    float type of every array (float32 for the benchmarks of chapter 12).
     """
     dims = Dims() if dims is None else dims
     if isinstance(d_ff, bool) or not isinstance(d_ff, int) or d_ff <= 0:
         raise ValueError(f"d_ff must be a positive integer, got {d_ff!r}")
-    attn = init_weights(dims, seed=seed, biases=attn_biases)
+    attn = init_weights(dims, seed=seed, biases=attn_biases, dtype=dtype)
     rng = np.random.default_rng([seed, 8])  # independent of attn's stream
     d = dims.d_model
     gamma_1, gamma_2 = 1 + 0.1 * rng.standard_normal((2, d))  # (d,) each
@@ -231,9 +311,10 @@ def init_block_weights(dims: Dims | None = None, d_ff: int = 17,
     b_1 = 0.1 * rng.standard_normal(d_ff)  # (d_ff,)
     W_2 = rng.standard_normal((d_ff, d)) / np.sqrt(d_ff)  # (d_ff, d_model)
     b_2 = 0.1 * rng.standard_normal(d)  # (d_model,)
-    return BlockWeights(gamma_1=gamma_1, beta_1=beta_1, attn=attn,
-                        gamma_2=gamma_2, beta_2=beta_2,
-                        W_1=W_1, b_1=b_1, W_2=W_2, b_2=b_2)
+    arrays = {"gamma_1": gamma_1, "beta_1": beta_1, "gamma_2": gamma_2,
+              "beta_2": beta_2, "W_1": W_1, "b_1": b_1, "W_2": W_2, "b_2": b_2}
+    return BlockWeights(attn=attn, **{k: v.astype(dtype)
+                                      for k, v in arrays.items()})
 
 
 def gpt_block(X, B: BlockWeights, pre_ln: bool = True) -> np.ndarray:

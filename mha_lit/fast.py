@@ -44,6 +44,7 @@ from .shapes import Weights
 
 __all__ = ["fused_weights", "fused_biases", "project_heads", "attend_block",
            "attend_tiled", "choose_sizes", "multi_head_attention_fast",
+           "few_rows_product",
            "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
 
 BLOCK_ROWS = 128  # query rows per block when whole key rows are used
@@ -51,16 +52,43 @@ TILE_ROWS = 256  # query rows per block on the online-softmax path
 TILE_KEYS = 512  # keys per tile on the online-softmax path
 # one block's scores (h, b, n) above this -> tiled path
 SCORES_LIMIT_BYTES = 32 * 2**20
+# rows of a weight matrix per product in few_rows_product: 256 x 768 float32
+# numbers are 768 KiB, which stay in a core's cache while every row uses them
+PANEL_ROWS = 256
 
 
-def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
+def few_rows_product(W_T: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """X @ W_T.T for a few rows X (B, k) and a large W_T (n, k): (B, n).
+
+    Book: chapter 12, "Prefill, then one token at a time". One row is a
+    matrix-vector product, which streams the weights at the speed of
+    memory. For a few rows, a general matrix product first copies
+    ("packs") the large factor, and on such thin shapes that copy costs
+    more than the arithmetic; taking W_T a panel of ``PANEL_ROWS`` rows at a
+    time keeps each panel in the cache while all B rows use it, so the
+    weights are still read from memory once. W_T must be C-contiguous.
+    """
+    if len(X) == 1:
+        return (W_T @ X[0])[None]  # (1, n): matrix-vector
+    X_T = np.ascontiguousarray(X.T)  # (k, B)
+    out = np.empty((W_T.shape[0], len(X)), np.result_type(W_T, X))  # (n, B)
+    for r0 in range(0, W_T.shape[0], PANEL_ROWS):
+        np.matmul(W_T[r0:r0 + PANEL_ROWS], X_T, out=out[r0:r0 + PANEL_ROWS])
+    return out.T  # (B, n)
+
+
+def fused_weights(W: Weights, dtype=None) -> tuple[np.ndarray, np.ndarray]:
     """W_QKV^T (h*(2 d_k + d_v), d_model) with 1/sqrt(d_k) folded in, and W_O.
 
     Book: chapter 12. Rows 0 .. h*d_k-1 are W_Q1^T/sqrt(d_k), ...,
     W_Qh^T/sqrt(d_k); then the h blocks of W_K^T, then the h blocks of
     W_V^T. Computed once per Weights and kept on it (Weights is frozen, so
-    its matrices cannot change under the cached copy).
+    its matrices cannot change under the cached copy); ``dtype`` (default:
+    W's) gives a copy in another float type, also made once and kept.
     """
+    dtype = W.dtype if dtype is None else np.dtype(dtype)
+    if dtype != W.dtype:
+        return _kept_as(W, "_fused_as", dtype, fused_weights(W))
     cached = W.__dict__.get("_fused")
     if cached is None:
         scale = 1.0 / math.sqrt(W.d_k)
@@ -78,8 +106,21 @@ def fused_weights(W: Weights) -> tuple[np.ndarray, np.ndarray]:
     return cached
 
 
-def fused_biases(W: Weights) -> tuple[np.ndarray | None,
-                                      np.ndarray | None]:
+def _kept_as(W: Weights, name: str, dtype, arrays: tuple) -> tuple:
+    """``arrays`` converted to ``dtype`` once, and kept on W under ``name``."""
+    kept = W.__dict__.setdefault(name, {})
+    if dtype not in kept:
+        converted = tuple(None if a is None else a.astype(dtype)
+                          for a in arrays)
+        for a in converted:
+            if a is not None:
+                a.flags.writeable = False
+        kept[dtype] = converted
+    return kept[dtype]
+
+
+def fused_biases(W: Weights, dtype=None) -> tuple[np.ndarray | None,
+                                                  np.ndarray | None]:
     """b_QKV (h*(2 d_k + d_v),) with 1/sqrt(d_k) folded in, and b_O.
 
     Book: chapter 8, "GPT-2's block, exactly". Entry r of b_QKV is the
@@ -89,6 +130,9 @@ def fused_biases(W: Weights) -> tuple[np.ndarray | None,
     """
     if not W.has_biases:
         return None, None
+    dtype = W.dtype if dtype is None else np.dtype(dtype)
+    if dtype != W.dtype:
+        return _kept_as(W, "_fused_biases_as", dtype, fused_biases(W))
     cached = W.__dict__.get("_fused_biases")
     if cached is None:
         scale = 1.0 / math.sqrt(W.d_k)
@@ -111,12 +155,12 @@ def project_heads(X: np.ndarray, W: Weights):
     contiguous, so no copy is needed to split the heads. Biases, if W has
     them, are added to the product's rows (chapter 8).
     """
-    W_QKV_T, _ = fused_weights(W)
-    b_QKV, _ = fused_biases(W)
+    W_QKV_T, _ = fused_weights(W, X.dtype)  # in X's dtype, converted once
+    b_QKV, _ = fused_biases(W, X.dtype)
     h, d_k, d_v, n = W.heads, W.d_k, W.d_v, X.shape[0]
-    QKV_T = W_QKV_T.astype(X.dtype, copy=False) @ X.T  # (h*(2 d_k + d_v), n)
+    QKV_T = W_QKV_T @ X.T  # (h*(2 d_k + d_v), n)
     if b_QKV is not None:  # one bias per row, the same for every token
-        QKV_T += b_QKV.astype(X.dtype, copy=False)[:, None]  # (.., n)
+        QKV_T += b_QKV[:, None]  # (.., n)
     Q_T = QKV_T[: h * d_k].reshape(h, d_k, n)  # (h, d_k, n)
     K_T = QKV_T[h * d_k: 2 * h * d_k].reshape(h, d_k, n)  # (h, d_k, n)
     V_T = QKV_T[2 * h * d_k:].reshape(h, d_v, n)  # (h, d_v, n)
@@ -143,15 +187,17 @@ def _exp_shifted_inplace(S: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def attend_block(Q_T, K_T, V_T, r0: int, r1: int,
-                 causal: bool) -> np.ndarray:
+                 causal: bool, q0: int = 0) -> np.ndarray:
     """Rows r0 .. r1-1 of every head's H = softmax(mask(Q K^T)) V.
 
     Book: chapter 12. With ``causal`` the block looks only at keys
     0 .. r1-1: the key blocks to the right of the diagonal are skipped, and
-    only the diagonal square is masked. Returns H (h, b, d_v).
+    only the diagonal square is masked. Q_T's first column is the query of
+    position ``q0`` (a KV cache's prefill sends only the new queries).
+    Returns H (h, b, d_v).
     """
     m = r1 if causal else K_T.shape[2]
-    Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k), a view
+    Q = Q_T[:, :, r0 - q0:r1 - q0].transpose(0, 2, 1)  # (h, b, d_k), a view
     # (h, b, d_k) @ (h, d_k, m) -> (h, b, m), already scaled
     S = Q @ K_T[:, :, :m]  # (h, b, m)
     if causal:
@@ -166,7 +212,7 @@ def attend_block(Q_T, K_T, V_T, r0: int, r1: int,
 
 
 def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool,
-                 tile: int) -> np.ndarray:
+                 tile: int, q0: int = 0) -> np.ndarray:
     """The same H rows as ``attend_block``, with an online softmax.
 
     Book: chapter 12, "Online softmax". Keys are taken ``tile`` at a time.
@@ -177,7 +223,7 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool,
     not accumulate in float16. Returns H (h, b, d_v) in the input's dtype.
     """
     m = r1 if causal else K_T.shape[2]
-    Q = Q_T[:, :, r0:r1].transpose(0, 2, 1)  # (h, b, d_k)
+    Q = Q_T[:, :, r0 - q0:r1 - q0].transpose(0, 2, 1)  # (h, b, d_k)
     h, b, d_v = Q.shape[0], Q.shape[1], V_T.shape[1]
     dtype = np.promote_types(Q.dtype, np.float32)  # of the running values
     mx = np.full((h, b, 1), -np.inf, dtype)  # running row maxima
@@ -251,31 +297,34 @@ def multi_head_attention_fast(X: np.ndarray, W: Weights,
         _attend_sequence(Q_T[:, :, s0:s1], K_T[:, :, s0:s1],
                          V_T[:, :, s0:s1], causal, block, tile,
                          concat[s0:s1])
-    _, W_O = fused_weights(W)
-    _, b_O = fused_biases(W)
+    _, W_O = fused_weights(W, X.dtype)
+    _, b_O = fused_biases(W, X.dtype)
     Y = (concat.reshape(len(rows), W.heads * W.d_v)  # (N, h*d_v)
-         @ W_O.astype(X.dtype, copy=False))  # (h*d_v, d_model)
+         @ W_O)  # (h*d_v, d_model)
     if b_O is not None:
-        Y += b_O.astype(X.dtype, copy=False)  # (N, d_model)
+        Y += b_O  # (N, d_model)
     return _padded_rows(Y, X, key_mask)  # shape of X
 
 
 def _attend_sequence(Q_T, K_T, V_T, causal: bool, block: int,
-                     tile: int | None, concat: np.ndarray) -> None:
-    """Fill concat (n, h, d_v) with one sequence's Concat rows.
+                     tile: int | None, concat: np.ndarray,
+                     q0: int = 0) -> None:
+    """Fill concat (m, h, d_v) with one sequence's Concat rows.
 
     Book: chapter 12. ``block`` query rows at a time, whole key rows
-    (``tile`` None) or the online softmax.
+    (``tile`` None) or the online softmax. Q_T (h, d_k, m) holds the
+    queries of positions q0 .. q0+m-1, K_T and V_T every key up to them.
     """
-    n = Q_T.shape[2]
-    for r0 in range(0, n, block):
+    n = q0 + Q_T.shape[2]
+    for r0 in range(q0, n, block):
         r1 = min(r0 + block, n)
         if tile is None:
-            H = attend_block(Q_T, K_T, V_T, r0, r1, causal)  # (h, b, d_v)
+            H = attend_block(Q_T, K_T, V_T, r0, r1, causal,
+                             q0=q0)  # (h, b, d_v)
         else:
-            H = attend_tiled(Q_T, K_T, V_T, r0, r1, causal,
-                             tile)  # (h, b, d_v)
-        concat[r0:r1] = H.transpose(1, 0, 2)  # (b, h, d_v)
+            H = attend_tiled(Q_T, K_T, V_T, r0, r1, causal, tile,
+                             q0=q0)  # (h, b, d_v)
+        concat[r0 - q0:r1 - q0] = H.transpose(1, 0, 2)  # (b, h, d_v)
 
 
 def _real_rows(X: np.ndarray, key_mask: np.ndarray | None):

@@ -75,7 +75,7 @@ def test_long_input_takes_the_tiled_path_by_itself(monkeypatch):
     dims = Dims(tokens=67, d_model=7, d_k=3, d_v=5, heads=2)
     X, W = _case(dims, np.float64, seed=6)
     calls = []
-    monkeypatch.setattr(fast, "attend_tiled", lambda *a: calls.append(a[-1]) or attend_tiled(*a))
+    monkeypatch.setattr(fast, "attend_tiled", lambda *a, **k: calls.append(a[-1]) or attend_tiled(*a, **k))
     multi_head_attention_fast(X, W)
     assert calls == []  # small scores: whole key rows
     monkeypatch.setattr(fast, "SCORES_LIMIT_BYTES", 1000)  # 2 * 16 * 67 * 8 bytes is more

@@ -52,7 +52,7 @@ def test_float32_cache():
 @pytest.mark.parametrize(
     "x, error, message",
     [
-        (np.ones(4), ValueError, r"shape \(d_model,\) = \(5,\), got shape \(4,\)"),
+        (np.ones(4), ValueError, r"one row x \(d_model,\), with d_model = 5, got shape \(4,\)"),
         (np.ones((1, 5)), ValueError, r"got shape \(1, 5\)"),
         (np.array([1.0, np.nan, 0, 0, 0]), ValueError, r"x of shape \(5,\) holds 1 NaN"),
         (np.array([1.0, np.inf, 0, 0, 0]), ValueError, r"holds 1 NaN or infinite"),
@@ -80,7 +80,7 @@ def test_extend_refuses_a_bad_block_whole():
     with pytest.raises(ValueError, match=r"X of shape \(3, 5\) holds 1 NaN"):
         cache.extend(X)
     assert len(cache) == 0
-    with pytest.raises(ValueError, match=r"d_model = 5\), got shape \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"\(m, d_model\), with d_model = 5, got shape \(3, 4\)"):
         cache.extend(np.ones((3, 4)))
 
 
@@ -101,9 +101,9 @@ def test_step_reads_the_cache_instead_of_recomputing_the_prefix():
     honest, tampered = KVCache(W), KVCache(W)
     honest.extend(X)
     tampered.extend(X)
-    held = [a for a in vars(tampered).values() if isinstance(a, np.ndarray)]
-    assert all(a.shape[-1] in (W.d_k, W.d_v) and a.shape[0] == W.heads for a in held)
-    tampered._V[:, 0] += 1.0  # corrupt the cached value row of token 1 in every head
+    held = [a for a in vars(tampered).values() if isinstance(a, np.ndarray) and a.ndim > 1]
+    assert all(a.shape[-1] in (W.d_k, W.d_v) and a.shape[:2] == (1, W.heads) for a in held)
+    tampered._V[:, :, 0] += 1.0  # corrupt the cached value row of token 1 in every head
     assert not np.allclose(tampered.step(x), honest.step(x))
     assert np.allclose(honest.step(x), multi_head_attention(np.vstack([X, x, x]), W)[-1])
 
@@ -195,7 +195,7 @@ def test_a_real_step_does_work_linear_in_the_cache_length(dims):
             y = cache.step(log.track(X[n]))
         assert len(cache) == n + 1
         shapes = [r.out_shape for r in log.records]
-        assert shapes == [(dims.heads, 1, n + 1), (dims.heads, 1, dims.d_v)]
+        assert shapes == [(1, dims.heads, 1, n + 1), (1, dims.heads, 1, dims.d_v)]
         assert log.multiply_adds == dims.heads * (n + 1) * (dims.d_k + dims.d_v)
         assert np.allclose(y, multi_head_attention(X[: n + 1], W)[-1], atol=1e-12)
 
@@ -232,5 +232,157 @@ def test_a_step_with_biases_records_the_same_products():
     cache.extend(X[:3])
     with counting.record_matmuls() as log:
         y = cache.step(log.track(X[3]))
-    assert [r.out_shape for r in log.records] == [(2, 1, 4), (2, 1, 11)]
+    assert [r.out_shape for r in log.records] == [(1, 2, 1, 4), (1, 2, 1, 11)]
     assert np.allclose(y, multi_head_attention(X, W)[-1], rtol=0, atol=1e-12)
+
+
+# --- chapter 12: prefill, batches, one dtype rule ------------------------------------------
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
+@pytest.mark.parametrize("biases", [False, True])
+def test_extend_is_a_prefill_equal_to_the_forward_pass(dims, biases, monkeypatch):
+    """A block appended at once, after a cached prefix, gives the last rows of the forward pass,
+    with matrix products: extend never falls back to one step per row."""
+    W = init_weights(dims, seed=41, biases=biases)
+    X = np.random.default_rng(41).standard_normal((3 * dims.tokens + 5, dims.d_model))
+    monkeypatch.setattr(KVCache, "step", lambda *a: pytest.fail("extend called step"))
+    cache = KVCache(W, capacity=2)
+    cut = dims.tokens + 2
+    first, second = cache.extend(X[:cut]), cache.extend(X[cut:])
+    Y = multi_head_attention(X, W)
+    assert np.allclose(first, Y[:cut], rtol=0, atol=1e-12)
+    assert np.allclose(second, Y[cut:], rtol=0, atol=1e-12)
+    assert len(cache) == len(X)
+    K = np.stack([X @ W.W_K[i] + (W.b_K[i] if biases else 0) for i in range(W.heads)])
+    assert np.allclose(cache.keys, K, rtol=0, atol=1e-12)
+
+
+def test_extend_takes_the_tiled_path_for_long_blocks(monkeypatch):
+    from mha_lit import fast
+
+    W = init_weights(Dims(d_model=7, d_k=3, d_v=5, heads=2), seed=42)
+    X = np.random.default_rng(42).standard_normal((70, 7))
+    monkeypatch.setattr(fast, "SCORES_LIMIT_BYTES", 100)
+    cache = KVCache(W)
+    cache.extend(X[:20])
+    assert np.allclose(cache.extend(X[20:]), multi_head_attention(X, W)[20:], rtol=0, atol=1e-12)
+
+
+def test_batched_cache_equals_one_cache_per_sequence():
+    dims = Dims(d_model=5, d_k=7, d_v=11, heads=2)
+    W = init_weights(dims, seed=43, biases=True)
+    rng = np.random.default_rng(43)
+    B, m = 4, 6
+    X = rng.standard_normal((B, m, 5))
+    steps = rng.standard_normal((3, B, 5))
+    batched = KVCache(W, batch=B)
+    Y = batched.extend(X)
+    assert Y.shape == (B, m, 5)
+    outs = [batched.step(x) for x in steps]  # (B, 5) each
+    for b in range(B):
+        single = KVCache(W)
+        assert np.allclose(Y[b], single.extend(X[b]), rtol=0, atol=1e-12)
+        for j, x in enumerate(steps):
+            assert np.allclose(outs[j][b], single.step(x[b]), rtol=0, atol=1e-12)
+    assert batched.lengths.tolist() == [m + 3] * B and len(batched) == m + 3
+    assert batched.keys.shape == (B, 2, m + 3, 7)
+
+
+def test_prompts_of_different_lengths_with_a_key_mask():
+    W = init_weights(seed=44, biases=True)
+    rng = np.random.default_rng(44)
+    lengths = [5, 2, 0, 3]
+    m = max(lengths)
+    X = rng.standard_normal((4, m, 5))
+    mask = np.arange(m)[None, :] < np.array(lengths)[:, None]  # (4, 5), real tokens first
+    cache = KVCache(W, batch=4)
+    Y = cache.extend(X, key_mask=mask)
+    assert np.array_equal(Y[~mask], np.zeros(((~mask).sum(), 5)))  # padded rows are 0
+    assert cache.lengths.tolist() == lengths
+    nxt = rng.standard_normal((2, 4, 5))
+    outs = [cache.step(x) for x in nxt]
+    for b, n in enumerate(lengths):
+        seq = np.vstack([X[b, :n], nxt[0, b], nxt[1, b]])  # this sequence's own rows
+        full = multi_head_attention(seq, W)
+        assert np.allclose(Y[b, :n], full[:n], rtol=0, atol=1e-12)
+        assert np.allclose(outs[0][b], full[n], rtol=0, atol=1e-12)
+        assert np.allclose(outs[1][b], full[n + 1], rtol=0, atol=1e-12)
+    assert cache.lengths.tolist() == [n + 2 for n in lengths]
+    # the unused rows of shorter sequences stay 0 in the keys the cache shows
+    assert np.all(cache.keys[1, :, lengths[1] + 2:] == 0)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda c: c.step(np.ones(5)), r"x \(B, d_model\), with d_model = 5 and B = 3, got shape \(5,\)"),
+        (lambda c: c.step(np.ones((2, 5))), r"B = 3, got shape \(2, 5\)"),
+        (lambda c: c.step(np.full((3, 5), np.nan)), r"x of shape \(3, 5\) holds 15 NaN"),
+        (lambda c: c.extend(np.ones((3, 4, 6))), r"X \(B, m, d_model\), with d_model = 5 and B = 3"),
+        (lambda c: c.extend(np.ones((3, 4, 5)), key_mask=np.ones((3, 5), bool)),
+         r"key_mask must be a boolean array of shape \(3, 4\), got bool \(3, 5\)"),
+        (lambda c: c.extend(np.ones((3, 4, 5)), key_mask=np.ones((3, 4))),
+         r"key_mask must be a boolean array"),
+    ],
+)
+def test_a_refused_batch_input_leaves_every_cache_intact(call, message):
+    W = init_weights(seed=45)
+    rng = np.random.default_rng(45)
+    cache = KVCache(W, capacity=2, batch=3)
+    X = rng.standard_normal((3, 2, 5))
+    cache.extend(X)
+    keys, values, lengths = cache.keys.copy(), cache.values.copy(), cache.lengths
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(cache)
+    assert np.array_equal(cache.keys, keys) and np.array_equal(cache.values, values)
+    assert np.array_equal(cache.lengths, lengths) and cache._K.shape[2] == 2
+    x = rng.standard_normal((3, 5))
+    Y = cache.step(x)
+    for b in range(3):
+        assert np.allclose(Y[b], multi_head_attention(np.vstack([X[b], x[b]]), W)[-1],
+                           rtol=0, atol=1e-12)
+
+
+def test_batch_must_be_a_positive_integer():
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="batch must be a positive integer"):
+            KVCache(init_weights(), batch=bad)
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype", [(np.float64, np.float32), (np.float32, np.float64),
+                                              (np.float32, np.float32)])
+def test_one_dtype_rule_with_multi_head_attention(x_dtype, w_dtype):
+    """Computed in the wider of the two float types, returned in the input's: as
+    multi_head_attention does, so the two agree to the rounding of that type."""
+    W = init_weights(seed=46, dtype=w_dtype)
+    X = np.random.default_rng(46).standard_normal((6, 5)).astype(x_dtype)
+    Y = multi_head_attention(X, W)
+    cache = KVCache(W)
+    first = cache.extend(X[:4])
+    rows = [cache.step(x) for x in X[4:]]
+    assert first.dtype == rows[0].dtype == Y.dtype == x_dtype
+    tol = 1e-12 if np.result_type(x_dtype, w_dtype) == np.float64 else 1e-5
+    assert np.allclose(np.vstack([first, rows]), Y, rtol=0, atol=tol)
+    if x_dtype == np.float64:  # float64 keys: nothing was rounded to float32 on the way
+        assert cache.keys.dtype == np.float64
+
+
+def test_float16_prefill_and_steps_stay_close_to_float64():
+    """float16 inputs: the products and the softmax sums run in float16 weights' type,
+    but a long block of equal scores must still average correctly (sums kept in float32
+    on the tiled path, chapter 12)."""
+    from mha_lit import fast
+
+    W = init_weights(seed=47, dtype=np.float16)
+    X = np.zeros((4099, 5), np.float16)  # equal scores everywhere
+    X[:, 0] = 1
+    cache = KVCache(W)
+    old = fast.SCORES_LIMIT_BYTES
+    try:
+        fast.SCORES_LIMIT_BYTES = 1000  # force the online softmax
+        Y = cache.extend(X)
+    finally:
+        fast.SCORES_LIMIT_BYTES = old
+    Y64 = multi_head_attention(X.astype(np.float64), init_weights(seed=47, dtype=np.float16))
+    assert Y.dtype == np.float16 and np.allclose(Y, Y64, rtol=0, atol=2e-2)
