@@ -418,3 +418,36 @@ def test_init_block_weights_draws_the_documented_distributions():
     for name, fan in (("W_1", 31), ("W_2", 401)):
         entries = getattr(B, name).ravel() * np.sqrt(fan)  # should be N(0, 1)
         assert abs(entries.mean()) < 0.05 and abs(entries.std() - 1) < 0.05, name
+
+
+def test_erf_matches_the_standard_library_everywhere():
+    import math
+
+    from mha_lit.block import erf
+
+    x = np.concatenate([np.linspace(-8, 8, 100_001), np.logspace(-300, 1, 2_000),
+                        -np.logspace(-300, 1, 2_000), [0.0, 2.0, -2.0, 6.0, -6.0, 1e300]])
+    expected = np.array([math.erf(v) for v in x])
+    got = erf(x)
+    assert got.dtype == np.float64 and got.shape == x.shape
+    # a few units in the last place: absolute 4e-15, and relative 1e-15 for tiny x
+    assert np.max(np.abs(got - expected)) < 4e-15
+    tiny = (np.abs(x) < 1e-3) & (x != 0)
+    assert np.max(np.abs(got[tiny] / expected[tiny] - 1)) < 1e-15
+    assert erf(np.array([0.0]))[0] == 0.0  # an odd function: exactly 0 at 0
+    assert erf(np.float32([0.5])).dtype == np.float32
+    with pytest.raises(ValueError, match="NaN"):
+        erf([np.nan])
+
+
+def test_exact_gelu_is_the_erf_formula_and_close_to_the_tanh_form():
+    import math
+
+    from mha_lit import gelu
+
+    x = np.linspace(-6, 6, 1001)
+    exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
+    assert np.allclose(gelu(x, approximate=False), exact, rtol=0, atol=1e-14)
+    assert np.max(np.abs(gelu(x) - exact)) < 1e-3  # the tanh form is an approximation
+    x32 = x.astype(np.float32)
+    assert gelu(x32).dtype == gelu(x32, approximate=False).dtype == np.float32

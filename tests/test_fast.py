@@ -333,3 +333,25 @@ def test_float16_inputs_accumulate_in_float32(tile):
     assert H.dtype == np.float16 and H.shape == (1, 1, 3)
     expected = V_T.astype(np.float64).mean(axis=-1)  # (h, d_v): equal weights
     assert np.allclose(H[:, 0].astype(np.float64), expected, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("B", [1, 2, 5, 16])
+def test_few_rows_product_is_the_plain_product(B):
+    rng = np.random.default_rng(B)
+    W_T = rng.standard_normal((fast.PANEL_ROWS * 2 + 37, 11))  # panels that do not divide
+    X = rng.standard_normal((B, 11))
+    out = fast.few_rows_product(W_T, X)
+    assert out.shape == (B, W_T.shape[0])
+    assert np.allclose(out, X @ W_T.T, rtol=0, atol=1e-12)
+
+
+def test_fused_weights_in_another_dtype_are_made_once():
+    W = init_weights(Dims(), seed=8)
+    first = fast.fused_weights(W, np.float32)
+    assert first[0].dtype == first[1].dtype == np.float32
+    assert fast.fused_weights(W, np.float32)[0] is first[0]  # kept, not copied again
+    assert fast.fused_weights(W)[0].dtype == np.float64
+    assert not first[0].flags.writeable
+    Wb = init_weights(Dims(), seed=8, biases=True)
+    b32 = fast.fused_biases(Wb, np.float32)
+    assert b32[0].dtype == np.float32 and fast.fused_biases(Wb, np.float32)[0] is b32[0]
