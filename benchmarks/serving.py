@@ -5,7 +5,7 @@
     python benchmarks/serving.py --plot serving.png
 
 GPT-2 small's sizes (12 layers, d_model 768, 12 heads of 64, d_ff 3072, vocabulary 50,257,
-tied output layer), random weights, float32; 533 MB of weights, more than any cache, so a
+tied output layer), random weights, float32; 495 MB of weights, more than any cache, so a
 decoding step streams them from main memory as a real model's does. Measured in one run:
 
 0. The machine's limits: a large float32 matrix product (FLOP/s) and the read bandwidth of
@@ -34,8 +34,8 @@ import statistics
 import time
 
 import numpy as np
-
 from attention import alternate, progress, set_threads, thread_report, torch
+
 from mha_lit import Dims, KVCache, init_weights, multi_head_attention, roofline
 from mha_lit.decoder import Decoder, init_gpt_weights
 from mha_lit.fast import BLOCK_ROWS
@@ -142,20 +142,23 @@ def torch_step(G, dec: Decoder):
 
 
 def bench_decode(G, bandwidth: float, steps: int) -> dict:
+    """Steps at cache lengths 1,024 .. 1,024 + steps, mha_lit and PyTorch alternating."""
     dec = prefilled(G, None, 1024)
-    result = {}
+    functions = {"mha_lit": dec.decode_step}
     if torch is not None:
-        tstep = torch_step(G, dec)
+        tstep = torch_step(G, dec)  # the same caches, copied
         token = int(dec.logits.argmax())
-        ours = dec.decode_step()  # feeds `token`
-        assert ours == token
+        assert dec.decode_step() == token  # both now hold 1,025 tokens
         assert np.allclose(tstep(token), dec.logits, rtol=0, atol=2e-3)
-        result["torch_ms"] = 1e3 * median_step_seconds(lambda: tstep(token), steps)
-        dec = prefilled(G, None, 1024)
-    result["ours_ms"] = 1e3 * median_step_seconds(dec.decode_step, steps)
-    n = int(dec.lengths[0])
-    read = stack_bytes(G) + cache_bytes(G, n)
-    result.update(bytes=read, floor_ms=1e3 * read / bandwidth, cache_len=n)
+        functions["PyTorch"] = lambda: tstep(token)
+    times = alternate(functions, steps, "decoding step")
+    n_first, n_last = 1024, int(dec.lengths[0])
+    n_mean = (n_first + n_last) // 2
+    read = stack_bytes(G) + cache_bytes(G, n_mean)
+    result = {"ours_ms": 1e3 * statistics.median(times["mha_lit"]), "bytes": read,
+              "floor_ms": 1e3 * read / bandwidth, "cache_lens": (n_first, n_last)}
+    if "PyTorch" in times:
+        result["torch_ms"] = 1e3 * statistics.median(times["PyTorch"])
     result["floor_ratio"] = result["ours_ms"] / result["floor_ms"]
     return result
 
@@ -182,17 +185,24 @@ def bend(rows, G, context: int, peak: float, bandwidth: float) -> tuple[float, f
     """Where the batch curve bends: measured and predicted, in sequences.
 
     Measured: the effective bandwidth of batch 1 (bytes / time) and the effective rate of the
-    largest batch (FLOPs / time) give two lines; the bend is where they cross. Predicted: the
-    same with the machine's own matrix-product rate and bandwidth."""
+    largest batch (FLOPs / time) give two lines; the bend is where they cross. That is only a
+    bend if the largest batch lies right of the ridge (else it is still bound by memory, and
+    the measured value is None). Predicted: the same with the machine's own matrix-product
+    rate and bandwidth (inf: the caches grow with the batch as fast as the arithmetic)."""
     flops1, w, c = step_flops(G, context), stack_bytes(G), cache_bytes(G, context)
     bw_eff = w + c
     bw_eff /= rows[0]["ms"] / 1e3
     peak_eff = rows[-1]["gflops"] * 1e9
+    if rows[-1]["intensity"] < peak / bandwidth:
+        return None, crossing_of(flops1, w, c, peak, bandwidth)
+    return crossing_of(flops1, w, c, peak_eff, bw_eff), crossing_of(flops1, w, c, peak,
+                                                                   bandwidth)
 
-    def crossing(p, b):  # B flops1 / p = (w + B c) / b
-        denom = flops1 / p - c / b
-        return w / b / denom if denom > 0 else float("inf")
-    return crossing(peak_eff, bw_eff), crossing(peak, bandwidth)
+
+def crossing_of(flops1: float, w: float, c: float, p: float, b: float) -> float:
+    """The batch B at which B flops1 / p = (w + B c) / b (inf if never)."""
+    denom = flops1 / p - c / b
+    return w / b / denom if denom > 0 else float("inf")
 
 
 # --- 4. the forward pass against the matrix-product rate ---------------------------------------
@@ -207,12 +217,24 @@ def forward_macs(dims: Dims, n: int) -> int:
 
 
 def bench_forward_rate(runs: int, peak: float) -> dict:
+    """The forward pass, and its three parts timed alone: projections, attention loop
+    (score products, softmax passes, S V), output product."""
+    from mha_lit import fast
+
     W = init_weights(GPT2, seed=0, dtype=np.float32)
     X = np.random.default_rng(3).standard_normal((1024, 768)).astype(np.float32)
-    t = statistics.median(alternate({"forward": lambda: multi_head_attention(X, W)},
-                                    runs, "forward")["forward"])
-    rate = 2 * forward_macs(GPT2, 1024) / t
-    return {"ms": 1e3 * t, "gflops": rate / 1e9, "share": rate / peak}
+    Q_T, K_T, V_T = fast.project_heads(X, W)
+    concat = np.empty((1024, GPT2.heads, GPT2.d_v), np.float32)
+    _, W_O = fast.fused_weights(W)
+    parts = {"forward": lambda: multi_head_attention(X, W),
+             "projections": lambda: fast.project_heads(X, W),
+             "attention loop": lambda: fast._attend_sequence(Q_T, K_T, V_T, True,
+                                                             fast.BLOCK_ROWS, None, concat),
+             "output product": lambda: concat.reshape(1024, -1) @ W_O}
+    times = {k: statistics.median(v) for k, v in alternate(parts, runs, "forward").items()}
+    rate = 2 * forward_macs(GPT2, 1024) / times["forward"]
+    return {"ms": 1e3 * times["forward"], "gflops": rate / 1e9, "share": rate / peak,
+            "parts_ms": {k: 1e3 * v for k, v in times.items() if k != "forward"}}
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -253,7 +275,8 @@ def main(argv=None) -> None:
     dec = bench_decode(G, bandwidth, steps)
     torch_cell = (f"{dec['torch_ms']:.1f} ms ({dec['ours_ms'] / dec['torch_ms']:.2f})"
                   if "torch_ms" in dec else "not installed")
-    print(f"\n## 2. One decoding step, batch 1, cache length {dec['cache_len']}\n\n"
+    lo, hi = dec["cache_lens"]
+    print(f"\n## 2. One decoding step, batch 1, cache lengths {lo} to {hi}\n\n"
           f"| mha_lit | bytes read | memory floor | step / floor (target <= 1.3) | "
           f"PyTorch (mha_lit / PyTorch) |\n|---|---|---|---|---|\n"
           f"| {dec['ours_ms']:.1f} ms | {dec['bytes'] / 1e6:.0f} MB | {dec['floor_ms']:.1f} ms "
@@ -271,8 +294,11 @@ def main(argv=None) -> None:
             print(f"| {r['B']} | {r['ms']:.1f} | {r['tokens_per_s']:.0f} | "
                   f"{r['tokens_per_s'] / rows[0]['tokens_per_s']:.1f}x | "
                   f"{r['predicted_tokens_per_s']:.0f} | {r['intensity']:.2f} |")
-        print(f"\nBend of the curve: measured at B = {measured:.0f}, "
-              f"roofline prediction B = {predicted:.0f}.")
+        said = ("not reached: the largest batch is still left of the ridge"
+                if measured is None else f"B = {measured:.0f}")
+        pred = ("never: the caches grow with the batch as fast as the arithmetic"
+                if predicted == float("inf") else f"B = {predicted:.0f}")
+        print(f"\nBend of the curve: measured {said}; roofline prediction {pred}.")
         if 16 in [r["B"] for r in rows]:
             r16 = next(r for r in rows if r["B"] == 16)
             print(f"Batch 16 / batch 1 tokens per second: **"
@@ -283,6 +309,8 @@ def main(argv=None) -> None:
     print(f"\n## 4. Forward pass, GPT-2 small attention, 1,024 tokens\n\n| time | multiply-adds "
           f"done, as GFLOP/s | share of the matrix product's rate (target >= 0.7) |\n"
           f"|---|---|---|\n| {fwd['ms']:.1f} ms | {fwd['gflops']:.1f} | **{fwd['share']:.2f}** |")
+    print("\nThe parts timed alone: " + ", ".join(
+        f"{k} {v:.1f} ms" for k, v in fwd["parts_ms"].items()) + ".")
 
     if args.plot:
         import matplotlib

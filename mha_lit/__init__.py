@@ -28,6 +28,7 @@ from .block import (
     layer_norm,
     residual,
 )
+from .decoder import Decoder, GPTWeights, gpt_forward, init_gpt_weights
 from .encoding import (
     VOCABULARY,
     embed,
@@ -35,7 +36,6 @@ from .encoding import (
     sentence,
     sinusoidal_encoding,
 )
-from .decoder import Decoder, GPTWeights, gpt_forward, init_gpt_weights
 from .kv_cache import KVCache, recompute_multiply_adds, step_multiply_adds
 from .shapes import Dims, Weights, init_weights
 

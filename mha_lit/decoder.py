@@ -25,9 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .block import (BlockWeights, _feed_forward_rows, _gelu_values,
-                    _layer_norm_rows, gpt_block, init_block_weights,
-                    layer_norm)
+from .block import (
+    BlockWeights,
+    _feed_forward_rows,
+    _gelu_values,
+    _layer_norm_rows,
+    gpt_block,
+    init_block_weights,
+    layer_norm,
+)
 from .fast import few_rows_product
 from .kv_cache import KVCache
 from .shapes import Dims, _frozen, as_float_array
@@ -70,7 +76,13 @@ class GPTWeights:
                                  f"blocks have d_model = {d}")
         widths = [b.d_model for b in blocks]
         if len(set(widths)) != 1:
-            raise ValueError(f"every block needs the same d_model, got {widths}")
+            raise ValueError(
+                f"every block needs the same d_model, got {widths}")
+        dtypes = {a.dtype for a in arrs.values()} | {
+            a.dtype for b in blocks for a in b.arrays().values()}
+        if len(dtypes) != 1:
+            raise TypeError("every array of a GPT must have one float type, "
+                            f"got {sorted(str(d) for d in dtypes)}")
         for name, arr in arrs.items():
             object.__setattr__(self, name, _frozen(arr, arr.dtype))
         object.__setattr__(self, "blocks", blocks)
@@ -108,7 +120,7 @@ def init_gpt_weights(dims: Dims | None = None, n_layers: int = 2,
                      dtype=np.float64) -> GPTWeights:
     """Random weights of a small GPT. Book: chapter 12.
 
-    Block l is ``init_block_weights(dims, d_ff, seed=[seed, l])``-like
+    Block l is ``init_block_weights(dims, d_ff, seed=1000 * seed + l)``
     (each block its own seed), with GPT-2's attention biases by default.
     E is N(0, 1), so that the tied output layer separates the logits
     clearly; P is N(0, 0.1^2); the final layer norm has gains near 1 and
@@ -120,7 +132,8 @@ def init_gpt_weights(dims: Dims | None = None, n_layers: int = 2,
                         ("context_length", context_length)):
         if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
                 or value < 1):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise ValueError(
+                f"{name} must be a positive integer, got {value!r}")
     rng = np.random.default_rng([seed, 12])
     d = dims.d_model
     blocks = [init_block_weights(dims, d_ff, seed=seed * 1000 + layer,
@@ -134,8 +147,7 @@ def init_gpt_weights(dims: Dims | None = None, n_layers: int = 2,
         beta_f=(0.1 * rng.standard_normal(d)).astype(dtype))  # (d,)
 
 
-def _check_tokens(tokens, G: GPTWeights, batch: int | None,
-                  start=None) -> np.ndarray:
+def _check_tokens(tokens, G: GPTWeights, batch: int | None) -> np.ndarray:
     """tokens as an int array (m,) or (B, m), in range, fitting the context."""
     t = np.asarray(tokens)
     ndim = 1 if batch is None else 2
@@ -157,7 +169,8 @@ def gpt_forward(tokens, G: GPTWeights) -> np.ndarray:
     chapter 8). Row t scores every vocabulary entry as token t + 1.
     """
     if not isinstance(G, GPTWeights):
-        raise TypeError(f"G must be mha_lit.GPTWeights, got {type(G).__name__}")
+        raise TypeError(
+            f"G must be mha_lit.GPTWeights, got {type(G).__name__}")
     t = _check_tokens(tokens, G, None)[0]  # (n,)
     n = len(t)
     if not 1 <= n <= G.context_length:
@@ -174,11 +187,15 @@ class Decoder:
 
     ``prefill(tokens)`` sends a prompt through every layer at once and
     returns the logits of its last position; ``decode_step()`` picks the
-    largest of the latest logits, sends that token through the stack, and
-    returns it. With ``batch=B`` every call handles B sequences:
-    ``prefill`` takes (B, m) tokens and an optional ``key_mask`` (B, m) for
-    prompts of different lengths (True = real token), ``decode_step``
-    returns B tokens. A refused call leaves every cache as it was.
+    largest of the latest logits (on a tie, the smallest token id, as
+    ``argmax`` does), sends that token through the stack, and returns it.
+    Calls continue the sequence the Decoder holds; ``reset()`` starts over.
+    With ``batch=B`` every call handles B sequences: ``prefill`` takes
+    (B, m) tokens and an optional ``key_mask`` (B, m) for prompts of
+    different lengths (True = real token; padded ids are not used but must
+    be valid ids), ``decode_step`` returns B tokens. A refused call, even
+    one refused by a layer deep in the stack (an overflow to inf), leaves
+    every cache as it was.
     """
 
     def __init__(self, G: GPTWeights, *, batch: int | None = None,
@@ -190,10 +207,24 @@ class Decoder:
         self.batch = batch
         self.caches = [KVCache(block.attn, capacity, batch=batch)
                        for block in G.blocks]
-        # W_1^T and W_2^T, contiguous, for a step's few rows (few_rows_product)
-        self._ffn_T = [(np.ascontiguousarray(b.W_1.T), np.ascontiguousarray(b.W_2.T))
-                       for b in G.blocks]
         self._logits = None  # (B, V): the latest position's, per sequence
+
+    def reset(self) -> None:
+        """Forget every sequence: empty caches, no logits."""
+        for cache in self.caches:
+            cache.reset()
+        self._logits = None
+
+    def _all_or_nothing(self, run):
+        """run(), or, if any layer refuses, every cache as it was before."""
+        lengths, logits = self.lengths, self._logits
+        try:
+            return run()
+        except Exception:
+            for cache in self.caches:
+                cache.truncate(np.minimum(cache.lengths, lengths))
+            self._logits = logits
+            raise
 
     @property
     def lengths(self) -> np.ndarray:
@@ -202,22 +233,22 @@ class Decoder:
 
     @property
     def logits(self) -> np.ndarray:
-        """Logits of each sequence's latest token: (V,), or (B, V)."""
+        """Logits of each sequence's latest token: (V,), or (B, V) (a copy)."""
         if self._logits is None:
             raise RuntimeError("no tokens yet: call prefill first")
-        return self._logits[0] if self.batch is None else self._logits.copy()
+        return (self._logits[0] if self.batch is None else self._logits).copy()
 
     def _layers(self, X: np.ndarray, run_attention, few: bool) -> np.ndarray:
         """X (rows, d_model) through every block; attention by the caches.
 
-        ``few``: a decoding step's rows, one per sequence (few_rows_product)."""
-        for l, (block, cache) in enumerate(zip(self.G.blocks, self.caches,
-                                               strict=True)):
+        ``few``: a decoding step's rows, one per sequence
+        (``few_rows_product``)."""
+        for block, cache in zip(self.G.blocks, self.caches, strict=True):
             a = _layer_norm_rows(X, block.gamma_1, block.beta_1)
             X = X + run_attention(cache, a)  # X' = X + MHA(LN_1(X))
             f = _layer_norm_rows(X, block.gamma_2, block.beta_2)
             if few:  # the same FFN, each weight read once for all rows
-                W_1T, W_2T = self._ffn_T[l]
+                W_1T, W_2T = block.transposed_ffn()
                 hidden = _gelu_values(few_rows_product(W_1T, f) + block.b_1)
                 X = X + (few_rows_product(W_2T, hidden) + block.b_2)
             else:
@@ -240,7 +271,10 @@ class Decoder:
         else:
             mask = np.asarray(key_mask)
             want = (m,) if B is None else (B, m)
-            if mask.dtype != bool or mask.shape != want:
+            if mask.dtype != bool:
+                raise TypeError("key_mask must be a boolean array of shape "
+                                f"{want}, got dtype {mask.dtype}")
+            if mask.shape != want:
                 raise ValueError("key_mask must be a boolean array of shape "
                                  f"{want}, got {mask.dtype} {mask.shape}")
             mask = mask.reshape(nb, m)
@@ -264,12 +298,15 @@ class Decoder:
         def attention(cache, a):  # a (B*m, d_model), one block per sequence
             blocks = a.reshape(nb, m, d)
             out = cache.extend(blocks if B is not None else blocks[0],
-                               key_mask=mask if B is not None else None)
+                               key_mask=mask if B is not None else mask[0])
             return out.reshape(nb * m, d)
 
-        Z = self._layers(Xs, attention, few=False).reshape(nb, m, d)
-        last = np.array([np.flatnonzero(row)[-1] for row in mask])  # (B,)
-        self._logits = self._output(Z[np.arange(nb), last])  # (B, V)
+        def run():
+            Z = self._layers(Xs, attention, few=False).reshape(nb, m, d)
+            last = np.array([np.flatnonzero(row)[-1] for row in mask])  # (B,)
+            return self._output(Z[np.arange(nb), last])  # (B, V)
+
+        self._logits = self._all_or_nothing(run)
         return self.logits
 
     def decode_step(self, tokens=None):
@@ -285,15 +322,16 @@ class Decoder:
         positions = self.lengths  # (B,)
         if (positions >= G.context_length).any():
             raise ValueError(f"the context of {G.context_length} positions "
-                             "is full")
+                             f"is full: sequences hold {positions.tolist()}")
         if tokens is None:
             chosen = self._logits.argmax(axis=1)  # (B,) greedy
         else:
             want = () if self.batch is None else (self.batch,)
             chosen = np.asarray(tokens)
-            if chosen.shape != want or not np.issubdtype(chosen.dtype, np.integer):
-                raise ValueError(f"tokens must be integers of shape {want}, got "
-                                 f"{chosen.dtype} {chosen.shape}")
+            if (chosen.shape != want
+                    or not np.issubdtype(chosen.dtype, np.integer)):
+                raise ValueError(f"tokens must be integers of shape {want}, "
+                                 f"got {chosen.dtype} {chosen.shape}")
             chosen = _check_tokens(chosen.reshape(-1), G, None)[0]  # (B,)
         X = G.E[chosen] + G.P[positions]  # (B, d_model)
 
@@ -301,16 +339,25 @@ class Decoder:
             return cache.step(a if self.batch is not None else a[0]).reshape(
                 a.shape)
 
-        self._logits = self._output(self._layers(X, attention, few=True))
+        self._logits = self._all_or_nothing(
+            lambda: self._output(self._layers(X, attention, few=True)))
         return int(chosen[0]) if self.batch is None else chosen
 
     def generate(self, tokens, steps: int, key_mask=None) -> np.ndarray:
-        """Prefill ``tokens``, then ``steps`` greedy tokens: (steps,) or (B, steps)."""
+        """Prefill ``tokens``, then ``steps`` greedy tokens.
+
+        Returns (steps,) token ids, or (B, steps) with a batch.
+
+        Continues what the Decoder already holds (``reset()`` first to
+        start a new text)."""
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) \
                 or steps < 0:
-            raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+            raise ValueError(
+                f"steps must be a non-negative integer, got {steps!r}")
         self.prefill(tokens, key_mask)
         out = [self.decode_step() for _ in range(steps)]
         if self.batch is None:
             return np.array(out, dtype=np.int64)
-        return np.stack(out, axis=1) if out else np.empty((self.batch, 0), np.int64)
+        if not out:
+            return np.empty((self.batch, 0), np.int64)
+        return np.stack(out, axis=1)  # (B, steps)

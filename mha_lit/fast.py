@@ -44,7 +44,7 @@ from .shapes import Weights
 
 __all__ = ["fused_weights", "fused_biases", "project_heads", "attend_block",
            "attend_tiled", "choose_sizes", "multi_head_attention_fast",
-           "few_rows_product",
+           "few_rows_product", "transposed_output_weights",
            "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
 
 BLOCK_ROWS = 128  # query rows per block when whole key rows are used
@@ -70,6 +70,9 @@ def few_rows_product(W_T: np.ndarray, X: np.ndarray) -> np.ndarray:
     """
     if len(X) == 1:
         return (W_T @ X[0])[None]  # (1, n): matrix-vector
+    if not W_T.flags.c_contiguous:
+        raise ValueError(f"few_rows_product needs a C-contiguous W_T, got one "
+                         f"of shape {W_T.shape} with strides {W_T.strides}")
     X_T = np.ascontiguousarray(X.T)  # (k, B)
     out = np.empty((W_T.shape[0], len(X)), np.result_type(W_T, X))  # (n, B)
     for r0 in range(0, W_T.shape[0], PANEL_ROWS):
@@ -116,6 +119,21 @@ def _kept_as(W: Weights, name: str, dtype, arrays: tuple) -> tuple:
             if a is not None:
                 a.flags.writeable = False
         kept[dtype] = converted
+    return kept[dtype]
+
+
+def transposed_output_weights(W: Weights, dtype=None) -> np.ndarray:
+    """W_O^T (d_model, h*d_v), C-contiguous, for ``few_rows_product``.
+
+    Book: chapter 12, "Prefill, then one token at a time". Made once per
+    Weights and dtype, and kept on W.
+    """
+    dtype = W.dtype if dtype is None else np.dtype(dtype)
+    kept = W.__dict__.setdefault("_W_O_T", {})
+    if dtype not in kept:
+        W_O_T = np.ascontiguousarray(W.W_O.T, dtype=dtype)
+        W_O_T.flags.writeable = False
+        kept[dtype] = W_O_T
     return kept[dtype]
 
 
@@ -196,6 +214,8 @@ def attend_block(Q_T, K_T, V_T, r0: int, r1: int,
     position ``q0`` (a KV cache's prefill sends only the new queries).
     Returns H (h, b, d_v).
     """
+    assert q0 <= r0 < r1 <= q0 + Q_T.shape[2], (q0, r0, r1, Q_T.shape)
+    assert q0 <= r0 < r1 <= q0 + Q_T.shape[2], (q0, r0, r1, Q_T.shape)
     m = r1 if causal else K_T.shape[2]
     Q = Q_T[:, :, r0 - q0:r1 - q0].transpose(0, 2, 1)  # (h, b, d_k), a view
     # (h, b, d_k) @ (h, d_k, m) -> (h, b, m), already scaled
@@ -222,6 +242,7 @@ def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool,
     least float32, as FlashAttention keeps them, so that float16 inputs do
     not accumulate in float16. Returns H (h, b, d_v) in the input's dtype.
     """
+    assert q0 <= r0 < r1 <= q0 + Q_T.shape[2], (q0, r0, r1, Q_T.shape)
     m = r1 if causal else K_T.shape[2]
     Q = Q_T[:, :, r0 - q0:r1 - q0].transpose(0, 2, 1)  # (h, b, d_k)
     h, b, d_v = Q.shape[0], Q.shape[1], V_T.shape[1]

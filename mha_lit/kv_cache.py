@@ -14,10 +14,19 @@ Letters in shape comments: n rows cached so far, cap the buffer capacity
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from .fast import (_attend_sequence, choose_sizes, few_rows_product,
-                   fused_biases, fused_weights, project_heads)
+from .fast import (
+    _attend_sequence,
+    choose_sizes,
+    few_rows_product,
+    fused_biases,
+    fused_weights,
+    project_heads,
+    transposed_output_weights,
+)
 from .shapes import Weights, as_float_array
 
 __all__ = ["KVCache", "step_multiply_adds", "recompute_multiply_adds"]
@@ -62,21 +71,23 @@ class KVCache:
         for name, value in (("capacity", capacity), ("batch", batch)):
             if value is None and name == "batch":
                 continue
-            if (isinstance(value, bool) or not isinstance(value, int)
-                    or value < 1):
+            if (isinstance(value, bool)
+                    or not isinstance(value, numbers.Integral) or value < 1):
                 raise ValueError(
                     f"{name} must be a positive integer, got {value!r}")
+        capacity = int(capacity)
+        batch = None if batch is None else int(batch)
         self.W = W
         self.batch = batch
         B = 1 if batch is None else batch
-        self._lengths = np.zeros(B, dtype=np.int64)  # rows cached, per sequence
+        # rows cached, per sequence
+        self._lengths = np.zeros(B, dtype=np.int64)
         # zeros, not empty: a shorter sequence's unused rows take part in
         # a batched product with weight exactly 0
         self._K = np.zeros((B, W.heads, capacity, W.d_k),
                            dtype=W.dtype)  # (B, h, cap, d_k)
         self._V = np.zeros((B, W.heads, capacity, W.d_v),
                            dtype=W.dtype)  # (B, h, cap, d_v)
-        self._W_O_T = {}  # W_O^T by dtype, for few_rows_product
 
     # --- what is cached -------------------------------------------------
 
@@ -98,9 +109,32 @@ class KVCache:
 
     @property
     def values(self) -> np.ndarray:
-        """Cached values, read-only: (h, n, d_v); with a batch (B, h, n, d_v)."""
+        """Cached values, read-only: (h, n, d_v); with a batch
+        (B, h, n, d_v)."""
         V = self._V[:, :, : len(self)]
         return _readonly(V[0] if self.batch is None else V)
+
+    def truncate(self, lengths) -> None:
+        """Forget every row past ``lengths`` (an int, or (B,) ints).
+
+        Book: chapter 12. The kept rows stay as they were; the forgotten
+        ones are set to 0, as never-used rows are. ``truncate(0)`` starts
+        over (``reset``).
+        """
+        L = np.broadcast_to(np.asarray(lengths), self._lengths.shape)
+        if (not np.issubdtype(L.dtype, np.integer) or (L < 0).any()
+                or (L > self._lengths).any()):
+            raise ValueError(
+                f"lengths must be integers in 0 .. {self._lengths.tolist()} "
+                f"(the rows cached), got {np.asarray(lengths).tolist()}")
+        for b, n in enumerate(L):
+            self._K[b, :, n:] = 0
+            self._V[b, :, n:] = 0
+        self._lengths = L.astype(np.int64)
+
+    def reset(self) -> None:
+        """Forget every row: an empty cache, buffers kept."""
+        self.truncate(0)
 
     # --- checks, before anything changes ----------------------------------
 
@@ -125,7 +159,10 @@ class KVCache:
             return np.ones((B, m), dtype=bool)
         mask = np.asarray(key_mask)
         want = (m,) if self.batch is None else (B, m)
-        if mask.dtype != bool or mask.shape != want:
+        if mask.dtype != bool:
+            raise TypeError(f"key_mask must be a boolean array of shape "
+                            f"{want}, got dtype {mask.dtype}")
+        if mask.shape != want:
             raise ValueError(f"key_mask must be a boolean array of shape "
                              f"{want}, got {mask.dtype} {mask.shape}")
         return mask.reshape(B, m)
@@ -188,9 +225,7 @@ class KVCache:
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))  # (B, h, 1, n)
         heads = (e @ V) / e.sum(axis=-1, keepdims=True)  # (B, h, 1, d_v)
         # Concat times W_O: (B, h*d_v) @ (h*d_v, d_model) -> (B, d_model)
-        W_O_T = self._W_O_T.get(dtype)
-        if W_O_T is None:  # W_O^T (d_model, h*d_v), contiguous, made once
-            W_O_T = self._W_O_T[dtype] = np.ascontiguousarray(W_O.T)
+        W_O_T = transposed_output_weights(W, dtype)  # (d_model, h*d_v)
         y = few_rows_product(W_O_T, heads.reshape(B, h * d_v))  # (B, d_model)
         if b_O is not None:
             y += b_O
@@ -223,7 +258,8 @@ class KVCache:
             new_L = L + counts
             self._make_room(new_L, dtype)
             Q_T, K_T, V_T = project_heads(rows, W)  # one product, all rows
-            concat = np.empty((len(rows), W.heads, W.d_v), dtype)  # (N, h, d_v)
+            # (N, h, d_v)
+            concat = np.empty((len(rows), W.heads, W.d_v), dtype)
             s0 = 0
             for b, c in enumerate(counts):
                 if c == 0:

@@ -140,7 +140,7 @@ def roofline_seconds(flops: float, nbytes: float, peak_flops: float,
 
 @dataclass(frozen=True)
 class Product:
-    """One kind of matrix product in a layer, ``count`` times (a x b) @ (b x c).
+    """One kind of product in a layer: ``count`` times (a x b) @ (b x c).
 
     Book: chapter 13. ``flops`` and ``bytes`` are totals over the count,
     with every operand read once and the result written once.
@@ -280,7 +280,7 @@ def training_flops(params: float, tokens: float) -> float:
 
 def training_days(flops: float, acc: Accelerator, gpus: int,
                   mfu: float) -> float:
-    """Days to do ``flops`` on ``gpus`` copies of ``acc`` at utilisation ``mfu``.
+    """Days to do ``flops`` on ``gpus`` copies of ``acc`` at MFU ``mfu``.
 
     Book: chapter 13. Model FLOPs utilisation (MFU) is the share of the
     peak rate pi that the model's own FLOPs (6 N per token) reach.

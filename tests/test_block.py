@@ -451,3 +451,12 @@ def test_exact_gelu_is_the_erf_formula_and_close_to_the_tanh_form():
     assert np.max(np.abs(gelu(x) - exact)) < 1e-3  # the tanh form is an approximation
     x32 = x.astype(np.float32)
     assert gelu(x32).dtype == gelu(x32, approximate=False).dtype == np.float32
+
+
+def test_gelu_of_a_scalar():
+    from mha_lit import gelu
+
+    for approximate in (True, False):
+        y = gelu(1.0, approximate=approximate)
+        assert np.shape(y) == () and abs(float(y) - 0.8413) < 1e-3
+        assert gelu(np.float32(1), approximate=approximate).dtype == np.float32

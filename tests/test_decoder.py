@@ -60,17 +60,25 @@ def test_batched_decoding_with_prompts_of_different_lengths():
     out = Decoder(G, batch=4).generate(tokens, steps, key_mask=mask)
     assert out.shape == (4, steps)
     for b, p in enumerate(prompts):
-        assert out[b].tolist() == _greedy_by_recomputing(p, steps)[0].tolist()
+        tokens, logits = _greedy_by_recomputing(p, steps)
+        assert out[b].tolist() == tokens.tolist()
+        top2 = np.sort(logits, axis=1)[:, -2:]
+        assert np.all(top2[:, 1] - top2[:, 0] > 1e-6)  # no near tie decided by rounding
 
 
 def test_float32_stack_decodes_like_float64():
-    G32 = init_gpt_weights(Dims(d_model=12, d_k=4, d_v=4, heads=3), n_layers=2, vocab_size=29,
-                           context_length=40, d_ff=48, seed=5, dtype=np.float32)
-    dec = Decoder(G32)
-    logits = dec.prefill(np.arange(10) % 29)
-    assert logits.dtype == np.float32
-    full = gpt_forward(np.arange(10) % 29, G32)[-1]
-    assert np.allclose(logits, full, rtol=0, atol=1e-4)
+    args = (Dims(d_model=12, d_k=4, d_v=4, heads=3), 2, 29, 40, 48, 5)
+    G32 = init_gpt_weights(*args, dtype=np.float32)
+    G64 = init_gpt_weights(*args)  # the same numbers, in float64
+    assert np.array_equal(G32.E, G64.E.astype(np.float32))
+    prompt = np.arange(10) % 29
+    d32, d64 = Decoder(G32), Decoder(G64)
+    assert d32.prefill(prompt).dtype == np.float32
+    d64.prefill(prompt)
+    for _ in range(12):
+        assert d32.decode_step() == d64.decode_step()
+        # float32 rounds the weights and every sum: agreement to 1e-3 on logits of size ~10
+        assert np.allclose(d32.logits, d64.logits, rtol=0, atol=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -134,3 +142,47 @@ def test_feeding_known_tokens_step_by_step_equals_prefill():
     batched = Decoder(G, batch=2)
     batched.prefill(np.array([[1, 2], [3, 4]]))
     assert batched.decode_step(np.array([5, 6])).tolist() == [5, 6]
+    for b, seq in enumerate(([1, 2, 5], [3, 4, 6])):  # the fed tokens are in the caches
+        assert np.allclose(batched.logits[b], gpt_forward(np.array(seq), G)[-1],
+                           rtol=0, atol=1e-10)
+
+
+def test_key_mask_without_a_batch_caches_only_the_real_tokens():
+    dec = Decoder(G)
+    dec.prefill(np.array([3, 1, 4, 9]), key_mask=np.array([True, False, True, False]))
+    assert dec.lengths.tolist() == [2]
+    assert np.allclose(dec.logits, gpt_forward(np.array([3, 4]), G)[-1], rtol=0, atol=1e-10)
+    t = dec.decode_step()
+    assert np.allclose(dec.logits, gpt_forward(np.array([3, 4, t]), G)[-1], rtol=0, atol=1e-10)
+    with pytest.raises(TypeError, match="key_mask must be a boolean array"):
+        dec.prefill(np.array([1, 2]), key_mask=np.array([1, 1]))
+
+
+def test_a_layer_that_refuses_deep_in_the_stack_leaves_every_cache_as_it_was():
+    """Block 2's W_2 so large that its output overflows to inf: layer 3 refuses the NaN/inf
+    rows. Layers 1 and 2 had already cached the new tokens; they must be rolled back."""
+    from mha_lit import BlockWeights
+
+    bad = G.blocks[1]
+    huge = BlockWeights(gamma_1=bad.gamma_1, beta_1=bad.beta_1, attn=bad.attn,
+                        gamma_2=bad.gamma_2, beta_2=bad.beta_2, W_1=bad.W_1, b_1=bad.b_1,
+                        W_2=bad.W_2 * 1e308, b_2=bad.b_2)
+    G_bad = GPTWeights(E=G.E, P=G.P, blocks=(G.blocks[0], huge, G.blocks[2]),
+                       gamma_f=G.gamma_f, beta_f=G.beta_f)
+    dec = Decoder(G_bad)
+    with np.errstate(over="ignore", invalid="ignore"):
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            dec.prefill(np.array([2, 3, 4]))
+    assert [len(c) for c in dec.caches] == [0, 0, 0]
+    with pytest.raises(RuntimeError, match="call prefill first"):
+        dec.decode_step()
+
+
+def test_logits_are_a_copy_and_reset_starts_over():
+    dec = Decoder(G)
+    first = dec.generate(np.array([4, 8]), 3)
+    dec.logits[:] = 0  # a copy: the decoder is not changed
+    assert dec.decode_step() == _greedy_by_recomputing([4, 8], 4)[0][-1]
+    dec.reset()
+    assert dec.lengths.tolist() == [0]
+    assert dec.generate(np.array([4, 8]), 3).tolist() == first.tolist()

@@ -355,3 +355,13 @@ def test_fused_weights_in_another_dtype_are_made_once():
     Wb = init_weights(Dims(), seed=8, biases=True)
     b32 = fast.fused_biases(Wb, np.float32)
     assert b32[0].dtype == np.float32 and fast.fused_biases(Wb, np.float32)[0] is b32[0]
+
+
+def test_few_rows_product_mixed_dtypes_and_layout():
+    rng = np.random.default_rng(9)
+    W_T = rng.standard_normal((300, 7)).astype(np.float32)
+    X = rng.standard_normal((3, 7))  # float64 rows
+    out = fast.few_rows_product(W_T, X)
+    assert out.dtype == np.float64 and np.allclose(out, X @ W_T.T.astype(np.float64), atol=1e-6)
+    with pytest.raises(ValueError, match=r"C-contiguous W_T, got one of shape \(300, 7\)"):
+        fast.few_rows_product(np.asfortranarray(W_T), X)

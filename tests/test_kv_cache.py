@@ -264,9 +264,13 @@ def test_extend_takes_the_tiled_path_for_long_blocks(monkeypatch):
     W = init_weights(Dims(d_model=7, d_k=3, d_v=5, heads=2), seed=42)
     X = np.random.default_rng(42).standard_normal((70, 7))
     monkeypatch.setattr(fast, "SCORES_LIMIT_BYTES", 100)
+    ran = []
+    real = fast.attend_tiled
+    monkeypatch.setattr(fast, "attend_tiled", lambda *a, **k: ran.append(1) or real(*a, **k))
     cache = KVCache(W)
     cache.extend(X[:20])
     assert np.allclose(cache.extend(X[20:]), multi_head_attention(X, W)[20:], rtol=0, atol=1e-12)
+    assert ran  # the tiled path did run
 
 
 def test_batched_cache_equals_one_cache_per_sequence():
@@ -368,21 +372,74 @@ def test_one_dtype_rule_with_multi_head_attention(x_dtype, w_dtype):
         assert cache.keys.dtype == np.float64
 
 
-def test_float16_prefill_and_steps_stay_close_to_float64():
-    """float16 inputs: the products and the softmax sums run in float16 weights' type,
-    but a long block of equal scores must still average correctly (sums kept in float32
-    on the tiled path, chapter 12)."""
-    from mha_lit import fast
+def test_float16_online_softmax_sums_in_float32(monkeypatch):
+    """Values 0 for the first half of 8192 keys and 1 for the second, equal scores: the last
+    output is their mean, 0.5. Running sums kept in float16 over tiles of 3 keys stall
+    (they would give about 0.58); kept in float32 they do not."""
+    from mha_lit import Weights, fast
 
-    W = init_weights(seed=47, dtype=np.float16)
-    X = np.zeros((4099, 5), np.float16)  # equal scores everywhere
-    X[:, 0] = 1
+    d = 2
+    W = Weights(W_Q=np.zeros((1, d, 1)), W_K=np.zeros((1, d, 1)),
+                W_V=np.array([[[1.0], [0.0]]]), W_O=np.eye(1, d)).astype(np.float16)
+    n = 8192
+    X = np.zeros((n, d), np.float16)
+    X[n // 2:, 0] = 1
+    monkeypatch.setattr(fast, "SCORES_LIMIT_BYTES", 1000)
+    monkeypatch.setattr(fast, "TILE_KEYS", 3)
+    tiles = []
+    real = fast.attend_tiled
+    monkeypatch.setattr(fast, "attend_tiled", lambda *a, **k: tiles.append(a[-1]) or real(*a, **k))
     cache = KVCache(W)
-    old = fast.SCORES_LIMIT_BYTES
-    try:
-        fast.SCORES_LIMIT_BYTES = 1000  # force the online softmax
-        Y = cache.extend(X)
-    finally:
-        fast.SCORES_LIMIT_BYTES = old
-    Y64 = multi_head_attention(X.astype(np.float64), init_weights(seed=47, dtype=np.float16))
-    assert Y.dtype == np.float16 and np.allclose(Y, Y64, rtol=0, atol=2e-2)
+    y = cache.extend(X)[-1, 0]
+    assert tiles and set(tiles) == {3}  # the online softmax ran, in tiles of 3 keys
+    assert y.dtype == np.float16 and abs(float(y) - 0.5) < 2e-3
+    x = np.zeros(d, np.float16)  # one more step: a 0 value, mean 4096 / 8193
+    assert abs(float(cache.step(x)[0]) - 4096 / 8193) < 2e-3
+
+
+def test_key_mask_without_a_batch_and_padding_anywhere():
+    """Padding may sit anywhere in a block (left, middle, right): the real rows are
+    cached in order, and every output equals the forward pass of the real rows alone."""
+    W = init_weights(seed=48, biases=True)
+    rng = np.random.default_rng(48)
+    X = rng.standard_normal((7, 5))
+    mask = np.array([False, True, True, False, True, False, True])  # left, middle, right pads
+    cache = KVCache(W)
+    Y = cache.extend(X, key_mask=mask)
+    real = multi_head_attention(X[mask], W)
+    assert np.allclose(Y[mask], real, rtol=0, atol=1e-12) and not Y[~mask].any()
+    assert len(cache) == mask.sum()
+    x = rng.standard_normal(5)  # a step after a masked block
+    assert np.allclose(cache.step(x), multi_head_attention(np.vstack([X[mask], x]), W)[-1],
+                       rtol=0, atol=1e-12)
+    # a masked block after steps, in a batch whose sequences have different lengths
+    B = KVCache(W, capacity=1, batch=2)  # capacity 1: the buffers grow on the way
+    first = rng.standard_normal((2, 3, 5))
+    B.extend(first, key_mask=np.array([[True, True, True], [False, True, False]]))
+    steps = rng.standard_normal((2, 5))
+    B.step(steps)
+    more = rng.standard_normal((2, 4, 5))
+    m2 = np.array([[True, False, True, True], [True, True, True, True]])
+    out = B.extend(more, key_mask=m2)
+    seqs = [np.vstack([first[0], steps[0], more[0][m2[0]]]),
+            np.vstack([first[1][1:2], steps[1], more[1]])]
+    for b in range(2):
+        full = multi_head_attention(seqs[b], W)
+        assert np.allclose(out[b][m2[b]], full[-m2[b].sum():], rtol=0, atol=1e-12)
+    assert B.lengths.tolist() == [7, 6]
+
+
+def test_truncate_and_reset():
+    W = init_weights(seed=49)
+    X = np.random.default_rng(49).standard_normal((6, 5))
+    cache = KVCache(W)
+    cache.extend(X)
+    cache.truncate(4)
+    assert len(cache) == 4 and not cache._K[:, :, 4:].any()
+    assert np.allclose(cache.step(X[5]), multi_head_attention(np.vstack([X[:4], X[5]]), W)[-1],
+                       rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"lengths must be integers in 0 \.\. \[5\]"):
+        cache.truncate(6)
+    cache.reset()
+    assert len(cache) == 0 and np.allclose(cache.extend(X[:2]), multi_head_attention(X[:2], W),
+                                           rtol=0, atol=1e-12)
