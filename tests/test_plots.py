@@ -1,5 +1,8 @@
 """Every figure function returns a Figure that draws what it claims to."""
 
+import re
+from html.parser import HTMLParser
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -161,6 +164,106 @@ def test_kv_cost_curves_draws_both_counts_and_their_sums():
     assert all(ax.get_xscale() == ax.get_yscale() == "log" for ax in (per, total))
     with pytest.raises(ValueError, match="one length"):
         plots.kv_cost_curves(n, cached[:-1], recomputed)
+
+
+class _Elements(HTMLParser):
+    """Every start tag of an HTML text, with its attributes, in order (stdlib parser)."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.found = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.found.append((tag, dict(attrs)))
+
+
+def _panels(html):
+    """data-head of each panel -> the attributes of its weight cells, and the hidden flags."""
+    panels, hidden, current = {}, {}, None
+    for tag, attrs in _Elements(html).found:
+        if tag == "div" and "mha-attn-panel" in attrs.get("class", ""):
+            current = int(attrs["data-head"])
+            panels[current], hidden[current] = [], "hidden" in attrs
+        elif tag == "rect" and "data-w" in attrs:
+            panels[current].append(attrs)
+    return panels, hidden
+
+
+@pytest.mark.parametrize("h, n, m", [(2, 3, 3), (1, 3, 3), (3, 5, 5), (2, 1, 4), (1, 2, 7)])
+def test_interactive_heatmaps_one_rect_per_weight_with_its_printed_value(h, n, m):
+    rng = np.random.default_rng(100 * h + 10 * n + m)
+    allowed = ~np.triu(np.ones((n, m), dtype=bool), k=1 + m - n)  # (n, m)
+    S = np.where(allowed, rng.random((h, n, m)), 0.0)
+    S /= S.sum(axis=-1, keepdims=True)
+    tokens = [f"w{k}" for k in range(m)]
+    shown = plots.interactive_heatmaps(S, tokens=tokens)
+    panels, hidden = _panels(shown.html)
+    assert sorted(panels) == list(range(h))
+    assert hidden == {i: i > 0 for i in range(h)}  # head 1 shows first
+    for i, cells in panels.items():
+        assert len(cells) == n * m  # one rect per weight
+        for cell in cells:
+            r, c = int(cell["data-i"]), int(cell["data-j"])
+            assert cell["data-w"] == f"{S[i, r, c]:.3f}" == shown.weights[i][r][c]
+            assert (cell["data-q"], cell["data-k"]) == (tokens[m - n + r], tokens[c])
+            assert ("data-masked" in cell) == (not allowed[r, c])
+        assert {(int(c["data-i"]), int(c["data-j"])) for c in cells} == {
+            (r, c) for r in range(n) for c in range(m)}
+    buttons = [a for tag, a in _Elements(shown.html).found if tag == "button"]
+    assert [b["data-head"] for b in buttons] == ([str(i) for i in range(h)] if h > 1 else [])
+    assert [b["aria-pressed"] for b in buttons] == (["true"] + ["false"] * (h - 1) if h > 1 else [])
+    assert shown.html.count("<script>") == 1 and shown.html.count("<style>") == 1
+    assert shown._repr_png_().startswith(b"\x89PNG\r\n\x1a\n")
+    assert repr(shown) == f"<interactive attention heatmaps: {h} head(s), {n} queries x {m} keys>"
+    assert not plt.get_fignums()  # the PNG's figure is closed: no second copy in a notebook
+
+
+def test_interactive_heatmaps_loads_nothing_and_escapes_tokens():
+    S = np.array([[1.0, 0.0], [0.25, 0.75]])  # (2, 2)
+    shown = plots.interactive_heatmaps(S, tokens=['<b>', 'say "hi"'], titles=["a & b"])
+    tags = _Elements(shown.html).found
+    assert not [a for _, a in tags if {"src", "href"} & set(a)]  # nothing fetched
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg\")", shown.html)
+    assert "<b>" not in shown.html and "&lt;b&gt;" in shown.html
+    cell = _panels(shown.html)[0][0][3]  # query 'say "hi"', key 'say "hi"'
+    assert (cell["data-q"], cell["data-k"], cell["data-w"]) == ('say "hi"', 'say "hi"', "0.750")
+    assert "a &amp; b" in shown.html
+    assert _panels(shown.html)[0][0][0]["data-w"] == "1.000"
+
+
+def test_interactive_heatmaps_prints_rounding_noise_as_zero_and_draws_its_figure():
+    S = np.array([[1 + 2e-16, 0.0], [-1e-17, 1.0]])  # rounding around 0 and 1
+    shown = plots.interactive_heatmaps(S, decimals=2)
+    assert [c["data-w"] for c in _panels(shown.html)[0][0]] == ["1.00", "0.00", "0.00", "1.00"]
+    assert "-0" not in shown.html
+    fig = plots.head_heatmaps(np.stack([S, S]))
+    assert plots.interactive_heatmaps(np.stack([S, S]), figure=fig).png.startswith(b"\x89PNG")
+    assert not plt.fignum_exists(fig.number)
+
+
+def test_interactive_heatmaps_refuses_bad_input_naming_the_shape():
+    good = np.tril(np.full((3, 3), 0.5))  # (3, 3); rows need not sum to 1 here
+    with pytest.raises(ValueError, match=r"shape \(heads, n, m\) or \(n, m\).*got shape \(3,\)"):
+        plots.interactive_heatmaps(np.ones(3))
+    with pytest.raises(ValueError, match=r"got shape \(1, 2, 3, 3\)"):
+        plots.interactive_heatmaps(good[None, None].repeat(2, axis=1))
+    with pytest.raises(ValueError, match=r"got shape \(0, 3, 3\)"):
+        plots.interactive_heatmaps(np.zeros((0, 3, 3)))
+    with pytest.raises(ValueError, match=r"shape \(4, 3\) has 4 queries but only 3 keys"):
+        plots.interactive_heatmaps(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match=r"shape \(2, 3, 3\) has non-zero weight above the diag"):
+        plots.interactive_heatmaps(np.full((2, 3, 3), 1 / 3))
+    assert plots.interactive_heatmaps(np.full((2, 3, 3), 1 / 3), causal=False).weights[1][0][2] == "0.333"
+    with pytest.raises(ValueError, match=r"shape \(3, 3\) must hold weights in \[0, 1\]"):
+        plots.interactive_heatmaps(good * 3)
+    with pytest.raises(ValueError, match=r"shape \(3, 3\) must hold weights in \[0, 1\]"):
+        plots.interactive_heatmaps(np.where(good > 0, np.nan, 0))
+    with pytest.raises(ValueError, match=r"shape \(1, 3, 3\) has 3 keys but 2 token labels"):
+        plots.interactive_heatmaps(good[None], tokens=["a", "b"])
+    with pytest.raises(ValueError, match=r"2 titles for 1 heads \(S of shape \(3, 3\)\)"):
+        plots.interactive_heatmaps(good, titles=["a", "b"])
+    assert not plt.get_fignums()  # a refusal leaves no figure behind
 
 # --- end of Part I, chapters 4-7 --------------------------------------------------------------
 
