@@ -243,8 +243,9 @@ _INTERACTIVE_CSS = """
  background:#1f2937;color:#fff;font-size:.85rem;line-height:1.3;
  padding:.2rem .5rem;border-radius:.25rem;white-space:pre-line;
  width:max-content;max-width:100%;box-sizing:border-box}
-@media print{.mha-attn-panel[hidden]{display:block}
- .mha-attn-heads,.mha-attn-tip{display:none}}
+@media print{.mha-attn-panel,.mha-attn-panel[hidden]{
+ display:inline-block!important;vertical-align:top}
+ .mha-attn-heads,.mha-attn-tip{display:none!important}}
 """
 
 _INTERACTIVE_JS = """
