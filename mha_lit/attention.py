@@ -4,7 +4,9 @@ Book: chapter 3 "Q, K, V" (softmax, causal_mask, attention_weights,
 attention), chapter 4 "Multi-head attention" and chapter 5 "Output"
 (multi_head_attention_reference, multi_head_attention); chapter 8
 "Batches of sequences" (check_key_mask, the ``key_mask`` arguments and
-inputs with a batch axis) and "GPT-2's block, exactly" (biases).
+inputs with a batch axis) and "GPT-2's block, exactly" (biases); Part
+III: grouped key/value heads (chapter 14), rotary positions (``rope_base``,
+chapter 15) and sliding windows (``window``, chapter 16).
 
 Letters in shape comments (see ``mha_lit.shapes``): n tokens (queries),
 m keys (m = n except when a KV cache supplies earlier keys), d_model, d_k,
@@ -14,9 +16,11 @@ d_v, h heads, B sequences in a batch.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
+from . import rope
 from .fast import multi_head_attention_fast
 from .shapes import Weights, as_float_array
 
@@ -27,6 +31,7 @@ __all__ = [
     "attention",
     "check_input",
     "check_key_mask",
+    "check_variants",
     "multi_head_attention",
     "multi_head_attention_reference",
 ]
@@ -79,7 +84,7 @@ def causal_mask(scores) -> np.ndarray:
 
 
 def attention_weights(Q, K, causal: bool = True, *,
-                      key_mask=None) -> np.ndarray:
+                      key_mask=None, window: int | None = None) -> np.ndarray:
     """S = softmax(mask(Q K^T / sqrt(d_k))) for one head. Book: chapter 3.
 
     Q is (n, d_k), K is (m, d_k); S is (n, m) and each row sums to 1.
@@ -92,7 +97,12 @@ def attention_weights(Q, K, causal: bool = True, *,
     from every query. A query left with no key to look at attends to
     nothing: its row of S is all 0. Book: chapter 8, "Batches of
     sequences".
+
+    ``window`` w (causal only): query t sees keys t - w + 1 .. t, the last
+    w positions; earlier keys' scores are -inf. Book: Part III, chapter 16
+    "Sliding-window attention".
     """
+    window = _checked_window(window, causal)
     Q = as_float_array(Q, "Q", ndim=2)
     K = as_float_array(K, "K", ndim=2)
     (n, d_k), (m, d_k2) = Q.shape, K.shape
@@ -106,6 +116,8 @@ def attention_weights(Q, K, causal: bool = True, *,
     if causal:
         t = np.arange(n)[:, None] + (m - n)  # (n, 1): position of query t
         later = np.arange(m)[None, :] > t  # (n, m): key u after query t
+        if window is not None:  # chapter 16: or more than w - 1 before it
+            later |= np.arange(m)[None, :] <= t - window  # (n, m)
         scores = np.where(later, -np.inf, scores)  # (n, m)
     if key_mask is not None:
         return _padded_softmax(scores, check_key_mask(key_mask, K, "K"))
@@ -127,14 +139,16 @@ def _padded_softmax(scores: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
 
 
 def attention(Q, K, V, causal: bool = True, *,
-              key_mask=None) -> np.ndarray:
+              key_mask=None, window: int | None = None) -> np.ndarray:
     """One head: H = softmax(mask(Q K^T / sqrt(d_k))) V. Book: chapter 3.
 
     Q is (n, d_k), K is (m, d_k), V is (m, d_v); H is (n, d_v).
-    ``key_mask`` (m,): see ``attention_weights`` (chapter 8).
+    ``key_mask`` (m,): see ``attention_weights`` (chapter 8); ``window``:
+    the same (Part III, chapter 16).
     """
     V = as_float_array(V, "V", ndim=2)
-    S = attention_weights(Q, K, causal, key_mask=key_mask)  # (n, m)
+    S = attention_weights(Q, K, causal, key_mask=key_mask,
+                          window=window)  # (n, m)
     if V.shape[0] != S.shape[1]:
         raise ValueError(
             f"V has {V.shape[0]} rows but K has {S.shape[1]}; S V needs "
@@ -200,8 +214,40 @@ def check_key_mask(key_mask, X, name: str = "X") -> np.ndarray | None:
     return mask
 
 
+def _checked_window(window, causal: bool) -> int | None:
+    """``window`` as a positive int (or None), or a clear error."""
+    if window is None:
+        return None
+    if (isinstance(window, bool) or not isinstance(window, numbers.Integral)
+            or window < 1):
+        raise ValueError(f"window must be a positive number of keys, got "
+                         f"{window!r}")
+    if not causal:
+        raise ValueError("a sliding window looks back over the last "
+                         f"{window} positions, so it needs causal=True")
+    return int(window)
+
+
+def check_variants(W: Weights, causal: bool, rope_base,
+                   window) -> tuple[float | None, int | None]:
+    """Validate Part III's keywords against W; return (rope_base, window).
+
+    Book: Part III, chapters 15 ("Rotary positions": ``rope_base`` > 1,
+    and d_k even, since RoPE turns pairs of coordinates) and 16
+    ("Sliding-window attention": ``window`` a positive int, causal only).
+    """
+    if rope_base is not None:
+        rope_base = rope.check_base(rope_base)
+        if W.d_k % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of coordinates, so d_k must be even; "
+                f"W_Q is {W.W_Q.shape} (d_k = {W.d_k})")
+    return rope_base, _checked_window(window, causal)
+
+
 def multi_head_attention_reference(X, W: Weights, causal: bool = True, *,
-                                   key_mask=None) -> np.ndarray:
+                                   key_mask=None, rope_base=None,
+                                   window: int | None = None) -> np.ndarray:
     """Y = Concat(H_1, ..., H_h) W_O, one head at a time. Book: chapter 5.
 
     The book's computation, step by step: X is (n, d_model), Y is
@@ -213,26 +259,53 @@ def multi_head_attention_reference(X, W: Weights, causal: bool = True, *,
     time. ``key_mask`` ((n,) or (B, n), True = real token): padded keys
     get score -inf, and the output row of a padded query is set to 0, so
     it is never NaN (Book: chapter 8, "Batches of sequences").
+
+    Part III: W may have fewer key/value heads than query heads; query
+    head i uses K/V head i // g (chapter 14). ``rope_base`` rotates every
+    head's Q and K by their positions 0 .. n-1 (half-split convention,
+    ``rope.rotate``; chapter 15); ``window`` w lets query t see keys
+    t - w + 1 .. t only (chapter 16). With a ``key_mask`` a token's
+    position is the number of real tokens before it: the sequence's real
+    rows are computed on their own, which equals masking the padding
+    (chapter 8).
     """
     X = check_input(X, W)
     key_mask = check_key_mask(key_mask, X)
+    rope_base, window = check_variants(W, causal, rope_base, window)
     if X.ndim == 3:  # (B, n, d_model): one sequence at a time
         masks = [None] * len(X) if key_mask is None else key_mask
         return np.stack([  # (B, n, d_model)
-            multi_head_attention_reference(x, W, causal, key_mask=m)
+            multi_head_attention_reference(x, W, causal, key_mask=m,
+                                           rope_base=rope_base, window=window)
             for x, m in zip(X, masks, strict=True)])
+    if key_mask is not None and (rope_base is not None or window is not None):
+        # positions count real tokens: compute on the real rows alone
+        Y = np.zeros(X.shape, X.dtype)  # (n, d_model), padded rows 0
+        if key_mask.any():
+            Y[key_mask] = multi_head_attention_reference(
+                X[key_mask], W, causal, rope_base=rope_base, window=window)
+        return Y
     out_dtype = X.dtype
     X = X.astype(np.result_type(X.dtype, W.dtype), copy=False)
+    positions = np.arange(X.shape[0])  # (n,): 0 .. n-1
     H = []
     for i in range(W.heads):
         Q = X @ W.W_Q[i]  # (n, d_model) @ (d_model, d_k) -> (n, d_k)
-        K = X @ W.W_K[i]  # (n, d_k)
-        V = X @ W.W_V[i]  # (n, d_v)
         if W.has_biases:  # chapter 8: one bias row added to every row
             Q = Q + W.bias("b_Q")[i]  # (n, d_k) + (d_k,)
-            K = K + W.bias("b_K")[i]  # (n, d_k)
-            V = V + W.bias("b_V")[i]  # (n, d_v)
-        H.append(attention(Q, K, V, causal, key_mask=key_mask))  # (n, d_v)
+        if rope_base is not None:  # chapter 15: rotate by position
+            Q = rope.rotate(Q, positions, rope_base)  # (n, d_k)
+        j = i // W.group  # chapter 14: the K/V head of query head i
+        if i % W.group == 0:  # the first query head of its group
+            K = X @ W.W_K[j]  # (n, d_k)
+            V = X @ W.W_V[j]  # (n, d_v)
+            if W.has_biases:
+                K = K + W.bias("b_K")[j]  # (n, d_k) + (d_k,)
+                V = V + W.bias("b_V")[j]  # (n, d_v)
+            if rope_base is not None:
+                K = rope.rotate(K, positions, rope_base)  # (n, d_k)
+        H.append(attention(Q, K, V, causal, key_mask=key_mask,
+                           window=window))  # (n, d_v)
     concat = np.concatenate(H, axis=1)  # (n, h*d_v)
     Y = concat @ W.W_O  # (n, h*d_v) @ (h*d_v, d_model) -> (n, d_model)
     if W.has_biases:
@@ -243,7 +316,8 @@ def multi_head_attention_reference(X, W: Weights, causal: bool = True, *,
 
 
 def multi_head_attention(X, W: Weights, causal: bool = True, *,
-                         key_mask=None) -> np.ndarray:
+                         key_mask=None, rope_base=None,
+                         window: int | None = None) -> np.ndarray:
     """Multi-head attention: X (n, d_model) -> Y (n, d_model).
 
     Book: chapters 4 and 5; computed by the fast path of chapter 12
@@ -253,11 +327,17 @@ def multi_head_attention(X, W: Weights, causal: bool = True, *,
     exactly"). X may be a batch (B, n, d_model), and ``key_mask`` ((n,)
     or (B, n), True = real token) hides padded keys; a padded query's
     output row is 0 (chapter 8, "Batches of sequences").
+
+    Part III: grouped key/value heads (W.kv_heads < W.heads, chapter 14),
+    ``rope_base`` for rotary positions (chapter 15) and ``window`` for a
+    sliding window (chapter 16), as in ``multi_head_attention_reference``.
     """
     X = check_input(X, W)
     key_mask = check_key_mask(key_mask, X)
+    rope_base, window = check_variants(W, causal, rope_base, window)
     out_dtype = X.dtype
     X = X.astype(np.result_type(X.dtype, W.dtype), copy=False)
-    Y = multi_head_attention_fast(X, W, causal,
-                                  key_mask=key_mask)  # shape of X
+    Y = multi_head_attention_fast(X, W, causal, key_mask=key_mask,
+                                  rope_base=rope_base,
+                                  window=window)  # shape of X
     return Y.astype(out_dtype, copy=False)

@@ -10,6 +10,8 @@ Letters used in shape comments throughout ``mha_lit``:
     d_k      width of a query or key                  7
     d_v      width of a value                         11
     h        number of heads                          2
+    h_kv     key/value heads (Part III, chapter 14)   h unless grouped
+    g        query heads per key/value head, h/h_kv   1 unless grouped
     h*d_v    width of Concat(H_1, ..., H_h)           22
     B        sequences in a batch (chapter 8)
 """
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Dims", "Weights", "init_weights", "as_float_array"]
+__all__ = ["Dims", "Weights", "init_weights", "as_float_array",
+           "check_groups"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,11 @@ class Dims:
     Book: chapter 2, "From input to output". The defaults are the book's
     distinct primes, so every shape names its axes: 3 tokens, d_model 5,
     d_k 7, d_v 11, 2 heads (Concat is 3 x 22, W_O is 22 x 5).
+
+    ``kv_heads`` (Part III, chapter 14 "Grouped-query attention"): the
+    number of key/value heads h_kv, which must divide ``heads``; each
+    group of g = heads / kv_heads query heads shares one. None (the
+    default) means kv_heads = heads: the book's multi-head attention.
     """
 
     tokens: int = 3
@@ -38,9 +46,12 @@ class Dims:
     d_k: int = 7
     d_v: int = 11
     heads: int = 2
+    kv_heads: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tokens", "d_model", "d_k", "d_v", "heads"):
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        for name in ("tokens", "d_model", "d_k", "d_v", "heads", "kv_heads"):
             value = getattr(self, name)
             if (isinstance(value, bool)
                     or not isinstance(value, numbers.Integral)):
@@ -50,11 +61,41 @@ class Dims:
                 raise ValueError(f"Dims.{name} must be a positive integer, "
                                  f"got {value}")
             object.__setattr__(self, name, int(value))
+        check_groups(self.heads, self.kv_heads)
+
+    def __repr__(self) -> str:
+        grouped = ("" if self.kv_heads == self.heads
+                   else f", kv_heads={self.kv_heads}")
+        return (f"Dims(tokens={self.tokens}, d_model={self.d_model}, "
+                f"d_k={self.d_k}, d_v={self.d_v}, heads={self.heads}"
+                f"{grouped})")
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head, g = heads / kv_heads.
+
+        Book: Part III, chapter 14.
+        """
+        return self.heads // self.kv_heads
 
     @property
     def concat(self) -> int:
         """Width of Concat(H_1, ..., H_h): heads * d_v (22 in the book)."""
         return self.heads * self.d_v
+
+
+def check_groups(heads: int, kv_heads: int) -> None:
+    """Refuse a number of key/value heads that does not divide ``heads``.
+
+    Book: Part III, chapter 14 "Grouped-query attention": query head i
+    uses key/value head i // (heads / kv_heads), so every group must have
+    the same size.
+    """
+    if heads % kv_heads:
+        raise ValueError(
+            f"{heads} query heads cannot be split into {kv_heads} equal "
+            f"groups: kv_heads must divide heads (got heads = {heads}, "
+            f"kv_heads = {kv_heads})")
 
 
 def as_float_array(a, name: str, *, ndim: int | None = None) -> np.ndarray:
@@ -101,15 +142,21 @@ class Weights:
     Book: chapter 4, "Multi-head attention". The per-head matrices are
     stacked along a leading head axis, so ``W_Q[0]`` is the book's W_{Q1}:
 
-        W_Q, W_K : (h, d_model, d_k)       (2, 5, 7) in the book
-        W_V      : (h, d_model, d_v)       (2, 5, 11)
+        W_Q      : (h, d_model, d_k)       (2, 5, 7) in the book
+        W_K      : (h_kv, d_model, d_k)    (2, 5, 7)
+        W_V      : (h_kv, d_model, d_v)    (2, 5, 11)
         W_O      : (h*d_v, d_model)        (22, 5)
+
+    In multi-head attention h_kv = h. Grouped-query attention (Part III,
+    chapter 14) has fewer key/value heads: h_kv divides h, and query head
+    i uses K/V head i // g, g = h / h_kv.
 
     Optional biases, as GPT-2 has them (Book: chapter 8, "GPT-2's block,
     exactly"); ``None``, the default, means zero:
 
-        b_Q, b_K : (h, d_k)    Q_i = X W_Qi + b_Qi, every row
-        b_V      : (h, d_v)
+        b_Q      : (h, d_k)    Q_i = X W_Qi + b_Qi, every row
+        b_K      : (h_kv, d_k)
+        b_V      : (h_kv, d_v)
         b_O      : (d_model,)  Y = Concat(H_1, ..., H_h) W_O + b_O
 
     Every shape is checked on construction; the arrays are private
@@ -133,18 +180,24 @@ class Weights:
             "W_O": as_float_array(self.W_O, "W_O", ndim=2),
         }
         h, d_model, d_k = arrs["W_Q"].shape
-        if arrs["W_K"].shape != (h, d_model, d_k):
+        h_kv = arrs["W_K"].shape[0]
+        if arrs["W_K"].shape[1:] != (d_model, d_k):
             raise ValueError(
                 f"W_K has shape {arrs['W_K'].shape} but W_Q has shape "
-                f"{(h, d_model, d_k)}; "
-                "both must be (heads, d_model, d_k)"
+                f"{(h, d_model, d_k)}; W_K must be (kv_heads, d_model = "
+                f"{d_model}, d_k = {d_k})"
             )
-        hv, dv_model, d_v = arrs["W_V"].shape
-        if (hv, dv_model) != (h, d_model):
+        if min(h, h_kv) > 0 and h % h_kv:
             raise ValueError(
-                f"W_V has shape {arrs['W_V'].shape} but W_Q has shape "
-                f"{(h, d_model, d_k)}; "
-                f"W_V must be (heads = {h}, d_model = {d_model}, d_v)"
+                f"W_K has shape {arrs['W_K'].shape} but W_Q has shape "
+                f"{arrs['W_Q'].shape}: its {h_kv} key/value heads must "
+                f"divide the {h} query heads into equal groups")
+        hv, dv_model, d_v = arrs["W_V"].shape
+        if (hv, dv_model) != (h_kv, d_model):
+            raise ValueError(
+                f"W_V has shape {arrs['W_V'].shape} but W_K has shape "
+                f"{arrs['W_K'].shape}; W_V must be (kv_heads = {h_kv}, "
+                f"d_model = {d_model}, d_v)"
             )
         if arrs["W_O"].shape != (h * d_v, d_model):
             raise ValueError(
@@ -152,10 +205,11 @@ class Weights:
                 "(heads * d_v, d_model) = "
                 f"({h} * {d_v}, {d_model}) = {(h * d_v, d_model)}"
             )
-        if min(h, d_model, d_k, d_v) == 0:
+        if min(h, h_kv, d_model, d_k, d_v) == 0:
             raise ValueError(f"Weights need positive sizes, got heads={h}, "
-                             f"d_model={d_model}, d_k={d_k}, d_v={d_v}")
-        arrs |= _checked_biases(self, h, d_model, d_k, d_v)
+                             f"kv_heads={h_kv}, d_model={d_model}, "
+                             f"d_k={d_k}, d_v={d_v}")
+        arrs |= _checked_biases(self, h, d_model, d_k, d_v, h_kv)
         dtype = np.result_type(*arrs.values())
         for name, arr in arrs.items():
             object.__setattr__(self, name, _frozen(arr, dtype))
@@ -164,6 +218,16 @@ class Weights:
     def heads(self) -> int:
         """Number of heads h."""
         return self.W_Q.shape[0]
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads h_kv (h unless grouped; chapter 14)."""
+        return self.W_K.shape[0]
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head, g = h / h_kv (chapter 14)."""
+        return self.heads // self.kv_heads
 
     @property
     def d_model(self) -> int:
@@ -196,16 +260,18 @@ class Weights:
     def bias(self, name: str) -> np.ndarray:
         """Bias ``name`` ("b_Q", "b_K", "b_V" or "b_O"), zeros if None.
 
-        Book: chapter 8, "GPT-2's block, exactly". Shapes: b_Q, b_K
-        (h, d_k), b_V (h, d_v), b_O (d_model,); the result is read-only.
+        Book: chapter 8, "GPT-2's block, exactly". Shapes: b_Q (h, d_k),
+        b_K (h_kv, d_k), b_V (h_kv, d_v), b_O (d_model,); the result is
+        read-only.
         """
         if name not in _BIASES:
             raise ValueError(f"no bias named {name!r}; Weights has {_BIASES}")
         b = getattr(self, name)
         if b is None:
             b = _frozen(np.zeros(_bias_shapes(self.heads, self.d_model,
-                                              self.d_k, self.d_v)[name]),
-                        self.dtype)  # (h, d_k), (h, d_v) or (d_model,)
+                                              self.d_k, self.d_v,
+                                              self.kv_heads)[name]),
+                        self.dtype)  # (h, d_k), (h_kv, d_v) or (d_model,)
         return b
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -219,7 +285,8 @@ class Weights:
 
     def dims(self, tokens: int = 3) -> Dims:
         """The Dims these weights fit, with ``tokens`` rows of input."""
-        return Dims(tokens, self.d_model, self.d_k, self.d_v, self.heads)
+        return Dims(tokens, self.d_model, self.d_k, self.d_v, self.heads,
+                    self.kv_heads)
 
     def astype(self, dtype) -> Weights:
         """The same weights (biases included) in another floating dtype."""
@@ -228,28 +295,33 @@ class Weights:
 
     def __repr__(self) -> str:
         biases = ", biases=True" if self.has_biases else ""
-        return (f"Weights(heads={self.heads}, d_model={self.d_model}, "
+        grouped = ("" if self.kv_heads == self.heads
+                   else f", kv_heads={self.kv_heads}")
+        return (f"Weights(heads={self.heads}{grouped}, "
+                f"d_model={self.d_model}, "
                 f"d_k={self.d_k}, d_v={self.d_v}, dtype={self.dtype}"
                 f"{biases})")
 
 
-def _bias_shapes(h: int, d_model: int, d_k: int,
-                 d_v: int) -> dict[str, tuple[int, ...]]:
-    """The shape each bias must have, by name."""
-    return {"b_Q": (h, d_k), "b_K": (h, d_k), "b_V": (h, d_v),
+def _bias_shapes(h: int, d_model: int, d_k: int, d_v: int,
+                 h_kv: int | None = None) -> dict[str, tuple[int, ...]]:
+    """The shape each bias must have, by name (h_kv defaults to h)."""
+    h_kv = h if h_kv is None else h_kv
+    return {"b_Q": (h, d_k), "b_K": (h_kv, d_k), "b_V": (h_kv, d_v),
             "b_O": (d_model,)}
 
 
 def _checked_biases(W: Weights, h: int, d_model: int, d_k: int,
-                    d_v: int) -> dict[str, np.ndarray]:
+                    d_v: int, h_kv: int) -> dict[str, np.ndarray]:
     """The biases W was given, as float arrays of the right shapes.
 
     Book: chapter 8, "GPT-2's block, exactly". Errors name the shape
     found and the shape the matching matrix implies.
     """
-    shapes = _bias_shapes(h, d_model, d_k, d_v)
-    implied = {"b_Q": "W_Q expects (h, d_k)", "b_K": "W_K expects (h, d_k)",
-               "b_V": "W_V expects (h, d_v)",
+    shapes = _bias_shapes(h, d_model, d_k, d_v, h_kv)
+    implied = {"b_Q": "W_Q expects (h, d_k)",
+               "b_K": "W_K expects (h_kv, d_k)",
+               "b_V": "W_V expects (h_kv, d_v)",
                "b_O": "W_O expects (d_model,)"}
     found = {}
     for name in _BIASES:
@@ -267,8 +339,9 @@ def init_weights(dims: Dims | None = None, seed: int = 0,
                  dtype=np.float64, *, biases: bool = False) -> Weights:
     """Random weights for ``dims``, each entry N(0, 1/fan_in).
 
-    Book: chapter 4, "Multi-head attention". The same seed always gives the
-    same weights; ``dtype`` may be float64 (default) or float32. With
+    Book: chapter 4, "Multi-head attention". With ``dims.kv_heads`` < heads
+    W_K and W_V have h_kv heads (Part III, chapter 14). The same seed always
+    gives the same weights; ``dtype`` may be float64 (default) or float32. With
     ``biases=True`` b_Q, b_K, b_V, b_O are added, each entry N(0, 0.1^2)
     from a stream of their own, so the matrices stay those of
     ``biases=False`` (Book: chapter 8, "GPT-2's block, exactly").
@@ -282,9 +355,10 @@ def init_weights(dims: Dims | None = None, seed: int = 0,
         raise TypeError(f"init_weights needs a floating dtype, got {dtype}")
     rng = np.random.default_rng(seed)
     h, d, dk, dv = dims.heads, dims.d_model, dims.d_k, dims.d_v
+    h_kv = dims.kv_heads  # h unless grouped (chapter 14)
     W_Q = rng.standard_normal((h, d, dk)) / np.sqrt(d)  # (h, d_model, d_k)
-    W_K = rng.standard_normal((h, d, dk)) / np.sqrt(d)  # (h, d_model, d_k)
-    W_V = rng.standard_normal((h, d, dv)) / np.sqrt(d)  # (h, d_model, d_v)
+    W_K = rng.standard_normal((h_kv, d, dk)) / np.sqrt(d)  # (h_kv, d, d_k)
+    W_V = rng.standard_normal((h_kv, d, dv)) / np.sqrt(d)  # (h_kv, d, d_v)
     W_O = (rng.standard_normal((h * dv, d))
            / np.sqrt(h * dv))  # (h*d_v, d_model)
     # b_Q, b_K, b_V, b_O: chapter 8
@@ -298,7 +372,8 @@ def _random_biases(dims: Dims, seed: int) -> tuple[np.ndarray, ...]:
     Book: chapter 8, "GPT-2's block, exactly".
     """
     rng = np.random.default_rng([seed, 4])  # independent of the matrices
-    shapes = _bias_shapes(dims.heads, dims.d_model, dims.d_k, dims.d_v)
-    # (h, d_k), (h, d_k), (h, d_v), (d_model,)
+    shapes = _bias_shapes(dims.heads, dims.d_model, dims.d_k, dims.d_v,
+                          dims.kv_heads)
+    # (h, d_k), (h_kv, d_k), (h_kv, d_v), (d_model,)
     return tuple(0.1 * rng.standard_normal(shape)
                  for shape in shapes.values())
