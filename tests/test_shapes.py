@@ -147,8 +147,8 @@ def test_bias_gives_zeros_for_a_missing_bias():
     "change, message",
     [
         ({"b_Q": np.zeros((2, 5))}, r"b_Q has shape \(2, 5\) but W_Q expects \(h, d_k\) = \(2, 7\)"),
-        ({"b_K": np.zeros(14)}, r"b_K has shape \(14,\) but W_K expects \(h, d_k\) = \(2, 7\)"),
-        ({"b_V": np.zeros((2, 7))}, r"b_V has shape \(2, 7\) but W_V expects \(h, d_v\) = \(2, 11\)"),
+        ({"b_K": np.zeros(14)}, r"b_K has shape \(14,\) but W_K expects \(h_kv, d_k\) = \(2, 7\)"),
+        ({"b_V": np.zeros((2, 7))}, r"b_V has shape \(2, 7\) but W_V expects \(h_kv, d_v\) = \(2, 11\)"),
         ({"b_O": np.zeros((1, 5))}, r"b_O has shape \(1, 5\) but W_O expects \(d_model,\) = \(5,\)"),
         ({"b_O": np.zeros(22)}, r"b_O has shape \(22,\)"),
     ],
