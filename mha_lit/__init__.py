@@ -6,10 +6,17 @@ book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
 ``block`` (the GPT block; GPT-2's exactly, with attention biases),
 ``symbolic`` (SymPy); then Part II's ``counting``, ``fast`` and
 ``decoder`` (a small GPT that generates) and ``roofline`` (from CPU
-to GPU).
+to GPU); then Part III's ``rope`` (rotary positions). ``plots`` draws
+the figures of every part.
+
+``import mha_lit`` needs NumPy only: ``plots`` (matplotlib) and
+``symbolic`` (SymPy) are imported the first time they are used, as
+``mha_lit.plots`` or ``from mha_lit import symbolic``.
 """
 
-from . import counting, plots, roofline, symbolic
+import importlib
+
+from . import counting, roofline, rope
 from .attention import (
     attention,
     attention_weights,
@@ -73,6 +80,23 @@ __all__ = [
     "counting",
     "plots",
     "roofline",
+    "rope",
 ]
 
 __version__ = "0.1.0"
+
+# Imported on first use, so that ``import mha_lit`` loads neither
+# matplotlib nor SymPy (PEP 562).
+_LAZY_MODULES = ("plots", "symbolic")
+
+
+def __getattr__(name: str):
+    """Import ``plots`` or ``symbolic`` the first time it is asked for."""
+    if name in _LAZY_MODULES:
+        # importing binds the module here, so this runs once per module
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
