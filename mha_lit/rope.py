@@ -4,16 +4,19 @@ Book: Part III, chapter 15 "Rotary positions".
 
 A query or key row of even width d is read as d/2 points in a plane. The
 point of plane i at position p is turned by the angle p * theta_i, where
-theta_i = base^(-2i/d), i = 0 .. d/2 - 1 (Su et al. 2021). Because a
-rotation by a angle and then by -b is a rotation by a - b, the score of
-a query at position m and a key at position n depends on m - n only.
+theta_i = base^(-2i/d), i = 0 .. d/2 - 1 (Su et al. 2021; the book writes
+omega_j, j = i + 1). Because a rotation by an angle a and then by -b is a
+rotation by a - b, the score of a query at position m and a key at
+position n depends on m - n only.
 
 Two conventions pair the coordinates differently:
 
 * ``interleaved=True``: adjacent pairs (x_0, x_1), (x_2, x_3), ... as
-  RoFormer writes it (Su et al. 2021);
+  RoFormer writes it (Su et al. 2021) and LLaMA's reference code computes
+  it (each pair one complex number);
 * ``interleaved=False`` (the default): the half split (x_i, x_{i+d/2}),
-  as GPT-NeoX and Llama compute it.
+  as GPT-NeoX computes it, and much code that runs Llama-family weights
+  after permuting the columns of their W_Q and W_K once.
 
 They are the same computation up to one fixed permutation of the columns
 (``half_split_permutation``), which can be moved into W_Q and W_K.
@@ -33,7 +36,11 @@ __all__ = ["frequencies", "angles", "rotate", "half_split_permutation",
 
 
 def check_base(base) -> float:
-    """``base`` as a positive finite float, or a clear error."""
+    """``base`` as a finite float > 1, or a clear error.
+
+    Book: chapter 15, "The frequencies": with base <= 1 the planes would
+    not slow down from the first to the last.
+    """
     if (isinstance(base, bool) or not isinstance(base, numbers.Real)
             or not np.isfinite(base) or base <= 1):
         raise ValueError(f"the RoPE base must be a real number > 1, "
@@ -65,8 +72,8 @@ def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
 def angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
     """The angle p * theta_i of every position p and plane i: (..., n, d/2).
 
-    Book: chapter 15. ``positions`` (..., n), integers or reals; the
-    angles are computed in float64 whatever the rows' dtype.
+    Book: chapter 15, "The frequencies". ``positions`` (..., n), integers
+    or reals; the angles are computed in float64 whatever the rows' dtype.
     """
     p = np.asarray(positions)
     if p.dtype == bool or not (np.issubdtype(p.dtype, np.integer)
@@ -93,14 +100,17 @@ def half_split_permutation(d: int) -> np.ndarray:
 
 def rotate(x, positions, base: float = 10000.0,
            interleaved: bool = False) -> np.ndarray:
-    """Rotate every row of x by its position: RoPE. Book: chapter 15.
+    """Rotate every row of x by its position: RoPE.
+
+    Book: chapter 15, "Every plane at once".
 
     x is (..., n, d) with d even, positions (n,) or broadcastable to
-    x.shape[:-1] (for example (B, 1, n) for a batch of sequences at
-    different offsets). Row r of plane i, (a, b), becomes
-    (a cos(p theta_i) - b sin(p theta_i), a sin(p theta_i) + b cos(p theta_i)).
-    ``interleaved=False`` pairs column i with column i + d/2 (GPT-NeoX,
-    Llama); ``True`` pairs columns 2i and 2i+1 (RoFormer). Returns a new
+    x.shape[:-1] (for example (B, 1, n) for x (B, h, n, d): a batch of
+    sequences at different offsets); positions that would enlarge x's
+    shape are refused. The pair (a, b) of plane i in a row at position p
+    becomes (a cos t - b sin t, a sin t + b cos t), t = p theta_i.
+    ``interleaved=False`` pairs column i with column i + d/2 (GPT-NeoX);
+    ``True`` pairs columns 2i and 2i+1 (RoFormer). Returns a new
     array of x's floating dtype (integers become float64); position 0
     leaves a row exactly as it was.
     """
@@ -117,12 +127,15 @@ def rotate(x, positions, base: float = 10000.0,
     _check_width(d)
     theta = angles(positions, d, base)  # (.., n, P)
     try:
-        np.broadcast_shapes(theta.shape[:-1], x.shape[:-1])
+        fits = (np.broadcast_shapes(theta.shape[:-1], x.shape[:-1])
+                == x.shape[:-1])
     except ValueError:
+        fits = False
+    if not fits:  # e.g. (n, 1) positions would turn x into (n, n, d)
         raise ValueError(
             f"positions of shape {np.shape(positions)} do not fit rows x of "
             f"shape {x.shape}: they need one position per row, shape ({n},) "
-            f"or broadcastable to {x.shape[:-1]}") from None
+            f"or broadcastable to {x.shape[:-1]}")
     cos = np.cos(theta).astype(x.dtype)  # (.., n, P)
     sin = np.sin(theta).astype(x.dtype)
     if interleaved:
