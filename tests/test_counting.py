@@ -364,3 +364,272 @@ def test_kv_cache_bytes_gpt3_fp16():
         counting.kv_cache_bytes(gpt3, 0)
     with pytest.raises(TypeError, match="bytes_per_value"):
         counting.kv_cache_bytes(gpt3, 1, bytes_per_value=2.0)
+
+
+# --- Part III, chapter 18: published configurations, caches, parameters ------------------
+
+import pprint  # noqa: E402
+from fractions import Fraction  # noqa: E402
+
+from mha_lit.counting import MODELS, DecoderConfig, LatentKV, MoE  # noqa: E402
+
+# Each published size is a rounded figure or a name; the tolerance says how far the count may be.
+#   GPT-3 175B: Table 2.1 prints 175.0B; the count is 174.6B (chapter 10): 0.3 %.
+#   Llama 2 70B: a name; the released weights hold 69.0B: 2 %.
+#   Llama 3 8B: a name; the released weights hold 8.03B: 1 %.
+#   Mistral 7B: a name ("7.3B" in its announcement); the released weights hold 7.24B: 4 %.
+#   DeepSeek-V3: "671B total", three digits: 0.1 %.
+PARAM_TOLERANCE = {"gpt3-175b": 0.003, "llama2-70b": 0.02, "llama3-8b": 0.01,
+                   "mistral-7b": 0.04, "deepseek-v3": 0.001}
+
+
+def test_models_are_the_five_of_the_chapter():
+    assert set(MODELS) == set(PARAM_TOLERANCE)
+    assert MODELS["gpt3-175b"].config is counting.PRESETS["gpt3-175b"]
+    assert all(m.source and m.name for m in MODELS.values())
+
+
+@pytest.mark.parametrize("key", sorted(PARAM_TOLERANCE))
+def test_each_model_counts_to_its_published_size(key):
+    m = MODELS[key]
+    assert abs(counting.param_count(m.config) / m.params - 1) < PARAM_TOLERANCE[key]
+
+
+def test_deepseek_v3_activated_parameters_against_the_paper():
+    """37B "activated for each token": two digits, so within 0.5B (1.35 %)."""
+    m = MODELS["deepseek-v3"]
+    active = counting.active_param_count(m.config)
+    assert abs(active - m.active_params) < 0.5e9
+    assert active < 0.06 * counting.param_count(m.config)
+
+
+def _llama_tensors(L, d, h, h_kv, dh, f, V):
+    """Every weight matrix and norm of a Llama-style checkpoint, as its files list them."""
+    layer = [(h * dh, d), (h_kv * dh, d), (h_kv * dh, d), (d, h * dh),  # q, k, v, o
+             (f, d), (f, d), (d, f),  # gate, up, down
+             (d,), (d,)]  # the two RMSNorm scales
+    return [(V, d)] + layer * L + [(d,), (V, d)]  # embedding, layers, final norm, output
+
+
+@pytest.mark.parametrize("key, sizes", [
+    ("llama2-70b", (80, 8192, 64, 8, 128, 28672, 32000)),
+    ("llama3-8b", (32, 4096, 32, 8, 128, 14336, 128256)),
+    ("mistral-7b", (32, 4096, 32, 8, 128, 14336, 32000)),
+])
+def test_dense_counts_equal_the_sum_over_a_checkpoints_tensors(key, sizes):
+    total = sum(int(np.prod(shape)) for shape in _llama_tensors(*sizes))
+    assert counting.param_count(MODELS[key].config) == total
+
+
+def test_deepseek_v3_count_equals_the_sum_over_its_tensors():
+    d, h, dh, dr, dc, dcq, V = 7168, 128, 128, 64, 512, 1536, 129280
+    attention = [(dcq, d), (dcq,), (h * (dh + dr), dcq),  # W_DQ, its norm, W_UQ
+                 (dc + dr, d), (dc,), (h * 2 * dh, dc),  # W_DKV with W_KR, its norm, W_UK with W_UV
+                 (d, h * dh), (d,), (d,)]  # W_O, the two block norms
+    expert = [(2048, d), (2048, d), (d, 2048)]
+    dense = attention + [(18432, d), (18432, d), (d, 18432)]
+    moe = attention + expert * (256 + 1) + [(256, d)]  # routed and shared experts, router
+    tensors = [(V, d)] + dense * 3 + moe * 58 + [(d,), (V, d)]
+    total = sum(int(np.prod(s)) for s in tensors)
+    cfg = MODELS["deepseek-v3"].config
+    assert counting.param_count(cfg) == total
+    # one token: no embedding table (it reads one row), 1 shared + 8 routed experts, the output layer
+    used = dense * 3 + (attention + expert * 9 + [(256, d)]) * 58 + [(d,), (V, d)]
+    assert counting.active_param_count(cfg) == sum(int(np.prod(s)) for s in used)
+    assert counting.active_param_count(cfg) == total - V * d - 58 * 248 * 3 * d * 2048
+
+
+@pytest.mark.parametrize("key, per_token", [
+    ("gpt3-175b", 2 * 96 * 96 * 128 * 2),  # K and V, 96 layers, 96 heads of 128, 2 bytes
+    ("llama2-70b", 2 * 80 * 8 * 128 * 2),  # 8 key/value heads
+    ("llama3-8b", 2 * 32 * 8 * 128 * 2),
+    ("mistral-7b", 2 * 32 * 8 * 128 * 2),
+    ("deepseek-v3", 61 * (512 + 64) * 2),  # one latent and one RoPE key per layer
+])
+def test_kv_bytes_per_token_by_hand(key, per_token):
+    cfg = MODELS[key].config
+    assert counting.kv_cache_bytes(cfg) == per_token
+    assert counting.kv_values_per_token(cfg) * 2 == per_token
+
+
+@pytest.mark.parametrize("L, d, h, h_kv, n, s", [(3, 35, 5, 1, 7, 2), (2, 91, 13, 13, 11, 4),
+                                                 (5, 60, 6, 2, 3, 1), (1, 21, 7, 7, 1, 2)])
+def test_kv_bytes_of_grouped_heads_by_formula(L, d, h, h_kv, n, s):
+    cfg = DecoderConfig(L, d, h, 17, 13, 29, n_kv_heads=h_kv)
+    assert counting.kv_cache_bytes(cfg, n, s) == 2 * L * h_kv * (d // h) * n * s
+    assert counting.kv_ratio_to_mha(cfg) == Fraction(h_kv, h)
+    assert cfg.attention_kind == {1: "MQA", h: "MHA"}.get(h_kv, "GQA")
+
+
+@pytest.mark.parametrize("L, h, dh, dc, dr, n", [(2, 3, 5, 7, 4, 11), (61, 128, 128, 512, 64, 3),
+                                                 (1, 1, 2, 3, 2, 1)])
+def test_kv_bytes_of_a_latent_by_formula(L, h, dh, dc, dr, n):
+    cfg = DecoderConfig(L, 17, h, 19, 13, 31, head_dim=dh, latent=LatentKV(dc, dr))
+    assert counting.kv_cache_bytes(cfg, n) == L * (dc + dr) * n * 2
+    assert counting.kv_ratio_to_mha(cfg) == Fraction(dc + dr, 2 * h * dh)
+    assert cfg.attention_kind == "MLA"
+
+
+@pytest.mark.parametrize("cfg", [counting.PRESETS["gpt2-small"], counting.PRESETS["gpt3-175b"],
+                                 DecoderConfig(4, 24, 6, 17, 13, 11),
+                                 DecoderConfig(4, 24, 6, 17, 13, 11, n_kv_heads=6)])
+def test_ratio_is_one_when_every_head_has_its_own_keys(cfg):
+    assert cfg.kv_heads == cfg.n_heads and cfg.attention_kind == "MHA"
+    assert counting.kv_ratio_to_mha(cfg) == 1
+
+
+def test_published_ratios_are_exact_fractions():
+    ratios = {k: counting.kv_ratio_to_mha(m.config) for k, m in MODELS.items()}
+    assert ratios == {"gpt3-175b": 1, "llama2-70b": Fraction(1, 8), "llama3-8b": Fraction(1, 4),
+                      "mistral-7b": Fraction(1, 4), "deepseek-v3": Fraction(576, 32768)}
+
+
+def test_the_window_caps_the_cache_at_w_rows():
+    mistral = MODELS["mistral-7b"].config
+    per_token = counting.kv_cache_bytes(mistral)
+    assert counting.kv_cache_bytes(mistral, 4095) == 4095 * per_token
+    for n in (4096, 4097, 8192, 10**6):
+        assert counting.kv_cache_bytes(mistral, n) == 4096 * per_token
+    unwindowed = DecoderConfig(32, 4096, 32, 14336, 32000, 8192, n_kv_heads=8)
+    assert counting.kv_cache_bytes(unwindowed, 8192) == 2 * counting.kv_cache_bytes(mistral, 8192)
+
+
+def test_cache_counts_agree_with_what_kv_cache_holds():
+    """The numbers a KVCache keeps (h_kv heads, at most w rows) are kv_values_per_token's."""
+    dims = mha_lit.Dims(tokens=9, d_model=12, d_k=5, d_v=5, heads=6, kv_heads=2)
+    W = init_weights(dims, seed=3)
+    for window in (None, 4):
+        cache = mha_lit.KVCache(W, window=window)
+        cache.extend(_X(dims))
+        held = cache.keys.size + cache.values.size
+        cfg = DecoderConfig(1, 12, 6, 7, 13, 9, n_kv_heads=2, head_dim=5, window=window)
+        assert held == counting.kv_cache_bytes(cfg, 9, bytes_per_value=1)
+
+
+def test_latent_counts_agree_with_chapter_17_when_present():
+    latent = pytest.importorskip("mha_lit.latent")
+    if not hasattr(latent, "PUBLISHED"):
+        pytest.skip("mha_lit.latent has no published sizes")
+    dims = latent.PUBLISHED["deepseek-v3"]
+    cfg = MODELS["deepseek-v3"].config
+    assert counting.kv_cache_bytes(cfg, 5) == latent.latent_cache_bytes(dims, 5)
+    assert counting.kv_ratio_to_mha(cfg) == Fraction(latent.latent_cache_bytes(dims),
+                                                     latent.mha_cache_bytes(dims))
+
+
+def test_attention_parameters_equal_the_arrays_of_grouped_weights():
+    dims = mha_lit.Dims(tokens=3, d_model=12, d_k=5, d_v=5, heads=6, kv_heads=2)
+    W = init_weights(dims, seed=0)
+    cfg = DecoderConfig(1, 12, 6, 7, 13, 11, n_kv_heads=2, head_dim=5)
+    assert sum(a.size for a in W.arrays().values()) == counting.param_breakdown(cfg)["attention"]
+
+
+def test_a_moe_routing_every_expert_activates_everything_but_the_embedding():
+    moe = MoE(n_routed=4, n_active=4, d_expert=3, n_shared=1, first_dense=1)
+    cfg = DecoderConfig(3, 10, 2, 7, 13, 11, moe=moe)
+    assert counting.active_param_count(cfg) == counting.param_count(cfg) - 13 * 10
+    fewer = DecoderConfig(3, 10, 2, 7, 13, 11, moe=MoE(4, 1, 3, n_shared=1, first_dense=1))
+    assert counting.param_count(cfg) - counting.active_param_count(fewer) == 13 * 10 + 2 * 3 * (3 * 10 * 3)
+
+
+def test_tied_decoder_counts_one_embedding_matrix():
+    cfg = DecoderConfig(2, 10, 2, 7, 13, 11)
+    assert counting.param_count(cfg) - counting.param_count(cfg, tied=True) == 13 * 10
+    assert counting.active_param_count(cfg, tied=True) == counting.param_count(cfg, tied=True)
+
+
+def test_gpt_presets_print_as_before():
+    """Chapter 10 pretty-prints GPT-3's configuration: its six fields, one a line."""
+    printed = pprint.pformat(counting.PRESETS["gpt3-175b"], width=77)
+    assert printed == ("TransformerConfig(n_layers=96,\n                  d_model=12288,\n"
+                       "                  n_heads=96,\n                  d_ff=49152,\n"
+                       "                  vocab_size=50257,\n                  context_length=2048)")
+
+
+def test_sequences_that_fit_by_hand():
+    llama = MODELS["llama3-8b"].config
+    weights = 2 * counting.param_count(llama)
+    per_sequence = 2 * 32 * 8 * 128 * 2 * 131072
+    assert counting.sequences_that_fit(llama, 141e9) == int((141e9 - weights) // per_sequence) == 7
+    assert counting.sequences_that_fit(llama, 141e9, tokens=1024) == int((141e9 - weights) // (per_sequence // 128))
+    with pytest.raises(ValueError, match="more than the 141.0 GB"):
+        counting.sequences_that_fit(MODELS["gpt3-175b"].config, 141e9)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(n_kv_heads=3), ValueError, "8 query heads cannot be split into 3 equal groups"),
+    (dict(n_kv_heads=16), ValueError, "n_kv_heads must divide n_heads .got n_heads = 8, n_kv_heads = 16"),
+    (dict(n_kv_heads=0), ValueError, "n_kv_heads must be a positive integer, got 0"),
+    (dict(window=0), ValueError, "window must be a positive integer"),
+    (dict(head_dim=2.0), TypeError, "head_dim"),
+    (dict(latent=LatentKV(4, 2), n_kv_heads=2), ValueError, "MLA caches one latent"),
+    (dict(latent=(4, 2)), TypeError, "latent must be a LatentKV"),
+    (dict(moe=MoE(4, 2, 3, first_dense=5)), ValueError, "no expert layer among n_layers = 5"),
+])
+def test_decoder_config_refuses_bad_sizes(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        DecoderConfig(5, 24, 8, 7, 13, 11, **kwargs)
+
+
+def test_decoder_config_needs_head_dim_when_d_model_does_not_split():
+    with pytest.raises(ValueError, match="d_model = 25 is not divisible by n_heads = 4: give head_dim"):
+        DecoderConfig(2, 25, 4, 7, 13, 11)
+    assert DecoderConfig(2, 25, 4, 7, 13, 11, head_dim=6).d_head == 6
+
+
+@pytest.mark.parametrize("args, match", [((2, 3, 5), "n_active = 3 experts per token exceeds n_routed = 2"),
+                                         ((2, 1, 5, -1), "n_shared must be a whole number >= 0"),
+                                         ((0, 1, 5), "n_routed must be a positive integer")])
+def test_moe_refuses_bad_layouts(args, match):
+    with pytest.raises(ValueError, match=match):
+        MoE(*args)
+
+
+def test_latent_refuses_bad_sizes():
+    with pytest.raises(ValueError, match="d_c must be a positive integer"):
+        LatentKV(0, 64)
+    with pytest.raises(ValueError, match="d_cq must be a positive integer"):
+        LatentKV(512, 64, d_cq=0)
+
+
+@pytest.mark.parametrize("fn", [counting.non_embedding_params, counting.matmul_count,
+                                lambda c: counting.forward_flops(c, 8), counting.attention_crossover])
+def test_gpt_only_counts_refuse_a_decoder_config(fn):
+    with pytest.raises(TypeError, match="counts the GPT block"):
+        fn(MODELS["llama3-8b"].config)
+
+
+def test_active_count_needs_a_decoder_config():
+    with pytest.raises(TypeError, match="needs a DecoderConfig, got TransformerConfig"):
+        counting.active_param_count(counting.PRESETS["gpt2-small"])
+    with pytest.raises(TypeError, match="needs a DecoderConfig"):
+        counting.decoder_param_breakdown(counting.PRESETS["gpt2-small"], active=True)
+
+
+# --- chapter 18's figure ------------------------------------------------------------------
+
+def test_kv_cache_growth_draws_caches_weights_and_capacity():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mha_lit import plots
+    n = np.array([1, 2, 4, 8])
+    curves = {"a": (n, 3e8 * n), "b": (n[:3], [5e8, 5e8, 5e8])}
+    fig = plots.kv_cache_growth(curves, weights={"a": 7e9}, capacity=("device", 2e10))
+    ax = fig.axes[0]
+    lines = {ln.get_gid(): ln for ln in ax.lines if ln.get_gid()}
+    assert set(lines) == {"cache:a", "cache:b", "weights:a", "capacity"}
+    assert np.allclose(lines["cache:a"].get_ydata(), 0.3 * n, rtol=1e-12, atol=0)  # in GB
+    assert lines["weights:a"].get_ydata()[0] == 7 and lines["capacity"].get_ydata()[0] == 20
+    assert lines["weights:a"].get_color() == lines["cache:a"].get_color()
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    plt.close(fig)
+    with pytest.raises(ValueError, match="shapes .4,. and .3,."):
+        plots.kv_cache_growth({"a": (n, n[:3])})
+    with pytest.raises(ValueError, match="'c', which has no curve"):
+        plots.kv_cache_growth(curves, weights={"c": 1.0})
+    with pytest.raises(ValueError, match="log axes need positive"):
+        plots.kv_cache_growth({"a": (n, 0 * n)})
+    with pytest.raises(ValueError, match="capacity must be positive"):
+        plots.kv_cache_growth(curves, capacity=("device", 0))
