@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .counting import TransformerConfig, _check_config, _positive_int
+from .counting import TransformerConfig, _check_gpt, _positive_int
 
 __all__ = [
     "Accelerator",
@@ -182,7 +182,7 @@ def layer_products(cfg: TransformerConfig, new_tokens: int, context: int,
     keys and values). Scores are counted in full (no causal skipping); S is
     counted as written out and read back. G = GELU(X W_1 + b_1).
     """
-    c = _check_config(cfg)
+    c = _check_gpt(cfg, "layer_products")
     t = _positive_int("new_tokens", new_tokens)
     n = _positive_int("context", context)
     B = _positive_int("batch", batch)
@@ -213,7 +213,7 @@ def compute_bound_batch(cfg: TransformerConfig, acc: Accelerator,
     against the KV cache (Q K^T, S V) do not take part: every sequence
     reads its own cache, so their intensity does not grow with B.
     """
-    c = _check_config(cfg)
+    c = _check_gpt(cfg, "compute_bound_batch")
     ridge = acc.ridge_point
     d = c.d_model
     limit = 2 * d / (2 * bytes_per_value)  # intensity as B -> infinity

@@ -139,3 +139,15 @@ def test_roofline_plot_puts_points_on_their_roof():
         plots.roofline({"cpu": (1.0, 1.0)}, {"p": (1.0, "tpu")})
     with pytest.raises(ValueError, match="positive peak"):
         plots.roofline({"cpu": (0.0, 1.0)})
+
+
+def test_gpt_only_counts_refuse_other_blocks():
+    """layer_products and compute_bound_batch count a GPT block; a Llama-style
+    DecoderConfig (grouped heads, SwiGLU) is refused, not silently miscounted."""
+    from mha_lit.counting import MODELS
+
+    cfg = MODELS["llama2-70b"].config  # 64 query heads, 8 key/value heads
+    with pytest.raises(TypeError, match="layer_products"):
+        roofline.layer_products(cfg, 1, 16)
+    with pytest.raises(TypeError, match="compute_bound_batch"):
+        roofline.compute_bound_batch(cfg, roofline.ACCELERATORS["H100"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt  # noqa: F401
 import numpy as np  # noqa: F401
 
-# --- chapter 14: grouped-query and multi-query attention --------------------
+# --- chapter 14: grouped-query and multi-query attention ---
 from ..shapes import check_groups
 
 
@@ -82,7 +82,7 @@ def _draw_groups(ax, h: int, h_kv: int, colours) -> None:
         spine.set_visible(False)
 
 
-# --- chapter 15: rotary positions ---------------------------------------------
+# --- chapter 15: rotary positions ---
 
 
 def rope_planes(d: int = 14, positions=range(11), base: float = 10000.0,
@@ -143,7 +143,7 @@ def rope_planes(d: int = 14, positions=range(11), base: float = 10000.0,
     return fig
 
 
-# --- chapter 16: sliding-window attention ------------------------------------
+# --- chapter 16: sliding-window attention ---
 
 _UNREACHED, _REACHED, _QUERY_ROW = 0, 1, 2  # cell kinds of the reach figure
 
@@ -222,7 +222,7 @@ def sliding_window_reach(n: int, w: int, layers=(1, 2, 3),
     return fig
 
 
-# --- chapter 17: latent KV ----------------------------------------------------
+# --- chapter 17: latent KV ---
 
 _LATENT_COLOURS = {"key": "#9ecae1", "value": "#fdae6b", "latent": "#a1d99b",
                    "rotary": "#d95f02"}  # rotary: the shared HIGHLIGHT colour
@@ -281,7 +281,7 @@ def latent_cache_cells(heads: int = 2, d_k: int = 7, d_v: int = 11,
     return fig
 
 
-# --- chapter 18: what the cache costs, model by model ------------------------
+# --- chapter 18: what the cache costs, model by model ---
 
 
 def kv_cache_growth(curves, weights=None, capacity=None) -> plt.Figure:
