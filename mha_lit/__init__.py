@@ -6,8 +6,10 @@ book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
 ``block`` (the GPT block; GPT-2's exactly, with attention biases),
 ``symbolic`` (SymPy); then Part II's ``counting``, ``fast`` and
 ``decoder`` (a small GPT that generates) and ``roofline`` (from CPU
-to GPU); then Part III's ``rope`` (rotary positions). ``plots`` draws
-the figures of every part.
+to GPU); then Part III's ``rope`` (rotary positions) and ``latent``
+(multi-head latent attention and its cache); grouped key/value heads and
+sliding windows are keywords of ``shapes``, ``attention`` and
+``kv_cache``. ``plots`` draws the figures of every part.
 
 ``import mha_lit`` needs NumPy only: ``plots`` (matplotlib) and
 ``symbolic`` (SymPy) are imported the first time they are used, as
@@ -16,7 +18,7 @@ the figures of every part.
 
 import importlib
 
-from . import counting, roofline, rope
+from . import counting, latent, roofline, rope
 from .attention import (
     attention,
     attention_weights,
@@ -81,6 +83,7 @@ __all__ = [
     "plots",
     "roofline",
     "rope",
+    "latent",
 ]
 
 __version__ = "0.1.0"
