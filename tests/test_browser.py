@@ -22,8 +22,8 @@ its switch sets them, in localStorage). On each page, width and mode:
   panel (relative luminance above 0.8), and every piece of text of the article, solutions and
   hidden cells opened, has WCAG contrast of at least 4.5 against what lies behind it (3 for
   large text), computed from the browser's own colours;
-- at 1280 px, no code cell (input or printed output) is wider than its box (except the pages
-  of WIDE_CODE_PENDING, which warn);
+- at 1280 px, no code cell (input or printed output) is wider than its box (the text column
+  holds about 77 characters of code, 75 inside a toggle that hides a cell or its code);
 - a full-page screenshot is saved to `_build/screenshots/{desktop,phone}/<page>.png`, and for
   the dark mode to `_build/screenshots/{dark-desktop,dark-phone}/<page>.png`.
 
@@ -60,17 +60,6 @@ THEMES = ("light", "dark")  # the theme's toggle; light is the first visit's def
 TEXT_CONTRAST, LARGE_TEXT_CONTRAST = 4.5, 3.0
 # A figure's black text needs a light panel: the relative luminance behind an image.
 LIGHT_PANEL = 0.8
-# Code at 1280 px: the text column holds about 77 characters of code. These pages still have
-# wider code cells; for them the check warns (listing the cells) instead of failing. Take a
-# page out of this list once its cells are wrapped; the warning says when it fits.
-WIDE_CODE_PENDING = {
-    # being rewritten at the moment, wide lines included
-    "book/part2/04_efficiency", "book/part2/05_gpus",
-    # not yet wrapped
-    "book/part1/01_linear_algebra", "book/part1/02_input_output", "book/part1/05_output",
-    "book/part1/06_dependence", "book/part1/07_kv_cache", "book/part1/08_gpt_block",
-    "book/part2/01_at_a_glance", "book/part2/03_counts_to_time",
-}
 
 
 def _toc_pages() -> list[str]:
@@ -398,21 +387,13 @@ def test_page_renders_offline(browser, site, page_name):
     """Every check above, at both widths, in the light and the dark theme."""
     assert (site / f"{page_name}.html").is_file(), f"{page_name} was not built"
     problems = []
-    wide_code = []
     for theme in THEMES:
         for viewport in VIEWPORTS:
             found_problems, found = _check_page(browser, site, page_name, viewport, theme)
             problems += found_problems
-            if viewport == "desktop" and theme == "light" and "wideCode" in found:
-                wide_code = found["wideCode"]
-    if page_name in WIDE_CODE_PENDING:
-        warnings.warn(f"{page_name}: code wider than the desktop column (not failed, see "
-                      f"WIDE_CODE_PENDING): {wide_code}" if wide_code else
-                      f"{page_name}: its code now fits; take it out of WIDE_CODE_PENDING",
-                      UserWarning, stacklevel=1)
-    elif wide_code:
-        problems.append(f"[desktop] code a reader must scroll sideways (cell index from 0, "
-                        f"px too wide, widest line): {wide_code}")
+            if viewport == "desktop" and theme == "light" and found.get("wideCode"):
+                problems.append(f"[desktop] code a reader must scroll sideways (cell index "
+                                f"from 0, px too wide, widest line): {found['wideCode']}")
     assert not problems, f"{page_name}:\n" + "\n".join(problems)
 
 
