@@ -411,7 +411,9 @@ class MoE:
     d_ff; every later layer has ``n_shared`` experts that see every token
     and ``n_routed`` experts of which a router (a d_model x n_routed
     matrix) picks ``n_active`` per token. Every expert is a SwiGLU net of
-    hidden width ``d_expert``.
+    hidden width ``d_expert``. ``router_bias``: the router also holds one
+    number per routed expert, added to the scores only to choose the
+    experts (DeepSeek-V3's balancing without an auxiliary loss).
     """
 
     n_routed: int
@@ -419,6 +421,7 @@ class MoE:
     d_expert: int
     n_shared: int = 0
     first_dense: int = 0
+    router_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_routed", "n_active", "d_expert"):
@@ -426,11 +429,17 @@ class MoE:
                                _positive_int(name, getattr(self, name)))
         for name in ("n_shared", "first_dense"):  # may be 0
             value = getattr(self, name)
-            if (isinstance(value, bool)
-                    or not isinstance(value, numbers.Integral) or value < 0):
+            if isinstance(value, bool) or not isinstance(value,
+                                                         numbers.Integral):
+                raise TypeError(f"{name} must be a whole number >= 0, "
+                                f"got {value!r}")
+            if value < 0:
                 raise ValueError(f"{name} must be a whole number >= 0, "
-                                 f"got {value!r}")
+                                 f"got {value}")
             object.__setattr__(self, name, int(value))
+        if not isinstance(self.router_bias, bool):
+            raise TypeError("router_bias must be True or False, got "
+                            f"{self.router_bias!r}")
         if self.n_active > self.n_routed:
             raise ValueError(
                 f"n_active = {self.n_active} experts per token exceeds "
@@ -556,9 +565,10 @@ def decoder_param_breakdown(cfg: DecoderConfig, tied: bool = False,
     Token embedding, attention (``_attention_params``), the dense SwiGLU
     nets (3 d_model d_ff each), the experts and routers of a mixture of
     experts, two RMSNorm scales per layer and a final one, and an output
-    layer unless ``tied``. ``active``: only what one token uses: the shared
-    experts and ``n_active`` routed ones, and no embedding table (a token
-    reads one row of it) unless the output layer is tied to it.
+    layer unless ``tied``. ``active``: only what one token multiplies by:
+    the shared experts and ``n_active`` routed ones, every router, and no
+    embedding table (a token reads one row of it) unless the output layer
+    is tied to it.
     """
     if not isinstance(cfg, DecoderConfig):
         raise TypeError("decoder_param_breakdown needs a DecoderConfig, got "
@@ -576,7 +586,8 @@ def decoder_param_breakdown(cfg: DecoderConfig, tied: bool = False,
         expert_layers = L - moe.first_dense
         parts["experts (SwiGLU)"] = expert_layers * experts * 3 * d * \
             moe.d_expert
-        parts["routers"] = expert_layers * d * moe.n_routed
+        parts["routers"] = expert_layers * (d + moe.router_bias) * \
+            moe.n_routed  # (d_model, n_routed), and a bias if any
     parts["norms (RMSNorm)"] = L * 2 * d + d
     if not tied:
         parts["output layer"] = d * V
@@ -616,10 +627,11 @@ def sequences_that_fit(cfg: TransformerConfig, memory: float,
                        bytes_per_value: int = 2) -> int:
     """Full sequences whose KV caches fit in memory beside the weights.
 
-    Book: chapter 18. ``memory`` in bytes (all devices together); weights
-    and cache both at ``bytes_per_value``; sequences of ``tokens`` tokens
-    (default: the context length). Activations and working memory are not
-    counted, so this is an upper bound.
+    Book: chapter 18. ``memory`` in bytes (all devices together, the
+    weights stored once); weights and cache both at ``bytes_per_value``;
+    sequences of ``tokens`` tokens (default: the context length).
+    Activations and working memory are not counted, so this is an upper
+    bound.
     """
     c = _check_config(cfg)
     n = c.context_length if tokens is None else tokens
@@ -662,15 +674,17 @@ MODELS: dict[str, PublishedModel] = {
         DecoderConfig(80, 8192, 64, 28672, 32000, 4096, n_kv_heads=8),
         70e9, "touvron2023llama2"),
     # Grattafiori et al. 2024, Table 3 (32 layers, d_model 4096, d_ff 14336,
-    # 32 heads, 8 key/value heads, SwiGLU) and 128K context; the table
-    # rounds the vocabulary to 128,000, the released one has 128,256.
+    # 32 heads, 8 key/value heads, SwiGLU) and 128K = 131,072 tokens of
+    # context; the table rounds the vocabulary to 128,000, the released one
+    # has 128,256. The paper's model was released as Llama 3.1 8B; the
+    # first Llama 3 8B release had a context of 8,192 tokens.
     "llama3-8b": PublishedModel(
         "Llama 3 8B",
         DecoderConfig(32, 4096, 32, 14336, 128256, 131072, n_kv_heads=8),
         8e9, "grattafiori2024llama3"),
     # Jiang et al. 2023, Table 1: dim 4096, 32 layers, head_dim 128,
     # hidden_dim 14336, 32 heads, 8 kv heads, window 4096, context 8192,
-    # vocabulary 32000.
+    # vocabulary 32000 (the first release; later ones dropped the window).
     "mistral-7b": PublishedModel(
         "Mistral 7B",
         DecoderConfig(32, 4096, 32, 14336, 32000, 8192, n_kv_heads=8,
@@ -679,16 +693,18 @@ MODELS: dict[str, PublishedModel] = {
     # DeepSeek-AI 2024, section 4.2: 61 layers, d_model 7168, 128 heads of
     # d_h = 128, d_c = 512, d_c' = 1536, d_h^R = 64; all but the first 3
     # feed-forward nets are MoE layers of 1 shared and 256 routed experts
-    # of width 2048, 8 routed per token; 128K context (section 4.3). The
+    # of width 2048, 8 routed per token, and a router bias per expert
+    # (section 2.1.2); 128K = 131,072 tokens of context (section 4.3). The
     # dense width 18432 and vocabulary 129280 from the released
-    # configuration. 671B total, 37B activated (without the
-    # multi-token-prediction module, which inference drops).
+    # configuration. 671B total, 37B activated; both leave out the
+    # multi-token-prediction module (14B more in the released weights),
+    # which inference can discard.
     "deepseek-v3": PublishedModel(
         "DeepSeek-V3",
         DecoderConfig(61, 7168, 128, 18432, 129280, 131072, head_dim=128,
                       latent=LatentKV(d_c=512, d_r=64, d_cq=1536),
                       moe=MoE(n_routed=256, n_active=8, d_expert=2048,
-                              n_shared=1, first_dense=3)),
+                              n_shared=1, first_dense=3, router_bias=True)),
         671e9, "deepseek2024v3", active_params=37e9),
 }
 

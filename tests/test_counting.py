@@ -368,6 +368,7 @@ def test_kv_cache_bytes_gpt3_fp16():
 
 # --- Part III, chapter 18: published configurations, caches, parameters ------------------
 
+import dataclasses  # noqa: E402
 import pprint  # noqa: E402
 from fractions import Fraction  # noqa: E402
 
@@ -401,6 +402,20 @@ def test_deepseek_v3_activated_parameters_against_the_paper():
     active = counting.active_param_count(m.config)
     assert abs(active - m.active_params) < 0.5e9
     assert active < 0.06 * counting.param_count(m.config)
+    # the paper's 37B leaves the embedding table out: with it the count would round to 38B
+    embedding = m.config.vocab_size * m.config.d_model
+    assert round(active / 1e9) == 37 and round((active + embedding) / 1e9) == 38
+
+
+@pytest.mark.parametrize("key, exact", [("llama3-8b", 8_030_261_248), ("mistral-7b", 7_241_732_096),
+                                        ("llama2-70b", 68_976_648_192)])
+def test_dense_counts_equal_the_released_checkpoints_totals(key, exact):
+    """Parameter totals of the released weights: Llama 3.1 8B, Mistral 7B v0.1, Llama 2 70B.
+
+    (Llama 2 70B's converted files also store 80 x 64 rotary frequencies, 5,120 numbers that
+    are a computed buffer, not parameters.)
+    """
+    assert counting.param_count(MODELS[key].config) == exact
 
 
 def _llama_tensors(L, d, h, h_kv, dh, f, V):
@@ -428,13 +443,14 @@ def test_deepseek_v3_count_equals_the_sum_over_its_tensors():
                  (d, h * dh), (d,), (d,)]  # W_O, the two block norms
     expert = [(2048, d), (2048, d), (d, 2048)]
     dense = attention + [(18432, d), (18432, d), (d, 18432)]
-    moe = attention + expert * (256 + 1) + [(256, d)]  # routed and shared experts, router
+    router = [(256, d), (256,)]  # its matrix, and the bias that only steers the choice
+    moe = attention + expert * (256 + 1) + router  # routed and shared experts, router
     tensors = [(V, d)] + dense * 3 + moe * 58 + [(d,), (V, d)]
     total = sum(int(np.prod(s)) for s in tensors)
     cfg = MODELS["deepseek-v3"].config
     assert counting.param_count(cfg) == total
     # one token: no embedding table (it reads one row), 1 shared + 8 routed experts, the output layer
-    used = dense * 3 + (attention + expert * 9 + [(256, d)]) * 58 + [(d,), (V, d)]
+    used = dense * 3 + (attention + expert * 9 + router) * 58 + [(d,), (V, d)]
     assert counting.active_param_count(cfg) == sum(int(np.prod(s)) for s in used)
     assert counting.active_param_count(cfg) == total - V * d - 58 * 248 * 3 * d * 2048
 
@@ -577,12 +593,22 @@ def test_decoder_config_needs_head_dim_when_d_model_does_not_split():
     assert DecoderConfig(2, 25, 4, 7, 13, 11, head_dim=6).d_head == 6
 
 
-@pytest.mark.parametrize("args, match", [((2, 3, 5), "n_active = 3 experts per token exceeds n_routed = 2"),
-                                         ((2, 1, 5, -1), "n_shared must be a whole number >= 0"),
-                                         ((0, 1, 5), "n_routed must be a positive integer")])
-def test_moe_refuses_bad_layouts(args, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("args, error, match", [
+    ((2, 3, 5), ValueError, "n_active = 3 experts per token exceeds n_routed = 2"),
+    ((2, 1, 5, -1), ValueError, "n_shared must be a whole number >= 0, got -1"),
+    ((2, 1, 5, 1, 1.5), TypeError, "first_dense must be a whole number >= 0, got 1.5"),
+    ((2, 1, 5, 1, 0, 1), TypeError, "router_bias must be True or False, got 1"),
+    ((0, 1, 5), ValueError, "n_routed must be a positive integer")])
+def test_moe_refuses_bad_layouts(args, error, match):
+    with pytest.raises(error, match=match):
         MoE(*args)
+
+
+def test_router_bias_adds_one_number_per_routed_expert_and_layer():
+    plain = DecoderConfig(5, 10, 2, 7, 13, 11, moe=MoE(6, 2, 3, first_dense=2))
+    biased = dataclasses.replace(plain, moe=dataclasses.replace(plain.moe, router_bias=True))
+    assert counting.param_count(biased) - counting.param_count(plain) == 3 * 6
+    assert counting.active_param_count(biased) - counting.active_param_count(plain) == 3 * 6
 
 
 def test_latent_refuses_bad_sizes():
