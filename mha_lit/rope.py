@@ -4,10 +4,11 @@ Book: Part III, chapter 15 "Rotary positions".
 
 A query or key row of even width d is read as d/2 points in a plane. The
 point of plane i at position p is turned by the angle p * theta_i, where
-theta_i = base^(-2i/d), i = 0 .. d/2 - 1 (Su et al. 2021; the book writes
+theta_i = base^(-2i/d), i = 0 .. d/2 - 1 counted from 0 as Python counts
+(Su et al. 2021 count from 1, theta_i = base^(-2(i-1)/d); the book writes
 omega_j, j = i + 1). Because a rotation by an angle a and then by -b is a
-rotation by a - b, the score of a query at position m and a key at
-position n depends on m - n only.
+rotation by a - b, the score of a query at position p_t and a key at
+position p_u depends on p_t - p_u only.
 
 Two conventions pair the coordinates differently:
 

@@ -1,7 +1,7 @@
 """Grouped-query and multi-query attention across mha_lit (Part III, chapter 14).
 
 Query head i uses key/value head i // g, g = h / h_kv. The laws: h_kv = h is the book's
-multi-head attention, exactly; in general the layer equals multi-head attention with every
+multi-head attention (the same sizes and weights, exactly; the same outputs, to rounding); in general the layer equals multi-head attention with every
 key/value head repeated g times; reference and fast path agree; rows stay causal; the KV cache
 keeps h_kv heads and equals full recomputation; the fast path never copies K or V per query
 head; bad shapes are refused with the shapes named.
@@ -22,6 +22,7 @@ from mha_lit import (  # noqa: E402
     Dims,
     KVCache,
     Weights,
+    attention,
     init_weights,
     multi_head_attention,
     multi_head_attention_reference,
@@ -68,18 +69,22 @@ def _close(A, B, dtype=np.float64):
 
 @pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
 @pytest.mark.parametrize("biases", [False, True])
-def test_kv_heads_equal_to_heads_is_multi_head_attention_exactly(dims, biases):
+def test_kv_heads_equal_to_heads_is_multi_head_attention(dims, biases):
     same = Dims(dims.tokens, dims.d_model, dims.d_k, dims.d_v, dims.heads, kv_heads=dims.heads)
     assert same == dims and repr(same) == repr(dims) and same.group == 1
     W, W_same = init_weights(dims, seed=3, biases=biases), init_weights(same, seed=3, biases=biases)
+    # the same draws: equal arrays, compared exactly
     assert W.arrays().keys() == W_same.arrays().keys()
     assert all(np.array_equal(W.arrays()[k], W_same.arrays()[k]) for k in W.arrays())
     X = _x(dims, seed=1)
-    # the same code on equal numbers: identical, bit for bit
+    # Part I's multi-head attention written out: head i with its own K_i and V_i
+    b_Q, b_K, b_V = W.bias("b_Q"), W.bias("b_K"), W.bias("b_V")  # zeros without biases
     for causal in (True, False):
-        assert np.array_equal(multi_head_attention(X, W, causal), multi_head_attention(X, W_same, causal))
-        assert np.array_equal(multi_head_attention_reference(X, W, causal),
-                              multi_head_attention_reference(X, W_same, causal))
+        heads = [attention(X @ W.W_Q[i] + b_Q[i], X @ W.W_K[i] + b_K[i], X @ W.W_V[i] + b_V[i],
+                           causal) for i in range(dims.heads)]
+        Y = np.concatenate(heads, axis=1) @ W.W_O + W.bias("b_O")
+        for run in (multi_head_attention, multi_head_attention_reference):
+            assert _close(run(X, W, causal), Y) and _close(run(X, W_same, causal), Y)
 
 
 # --- grouped = multi-head with repeated K and V ------------------------------------------

@@ -162,7 +162,7 @@ def test_the_two_conventions_differ_by_one_permutation_exactly(dtype, d):
     assert perm.tolist() == list(range(0, d, 2)) + list(range(1, d, 2))
     x = _rows(d, (2, 3, 5, d), dtype) * 7
     p = np.random.default_rng(d).integers(0, 100_000, (2, 1, 5))  # a batch at its own offsets
-    # the same products and sums of the same numbers: equal bit for bit, on any machine
+    # the same products and sums of the same numbers: exactly equal, on any machine
     assert np.array_equal(rope.rotate(x[..., perm], p),
                           rope.rotate(x, p, interleaved=True)[..., perm])
     # moved into the weights: permuting both factors' columns leaves the scores as they were

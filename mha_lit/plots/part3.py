@@ -151,12 +151,12 @@ _UNREACHED, _REACHED, _QUERY_ROW = 0, 1, 2  # cell kinds of the reach figure
 def window_reach(n: int, w: int, layers: int = 1) -> np.ndarray:
     """Which input rows can reach which output rows through stacked windows.
 
-    Book: chapter 16, "Stacked layers". One layer's pattern B (n, n) is
-    B[t, u] = 1 where 0 <= t - u <= w - 1: query t sees key u (Python
-    counts t and u from 0). ``layers`` = L such layers reach along chains
-    u -> ... -> t of L steps inside a window; the result is the boolean
-    n x n matrix B^L > 0, composed one integer product at a time (every
-    entry of a product is at most n, so it is exact).
+    Book: chapter 16, "Stacked layers: the receptive field". One layer's
+    pattern D (n, n) is D[t, u] = 1 where 0 <= t - u <= w - 1: query t sees
+    key u (Python counts t and u from 0). ``layers`` = L such layers reach
+    along chains u -> ... -> t of L steps inside a window; the result is
+    the boolean n x n matrix D^L > 0, composed one integer product at a
+    time (every entry of a product is at most w, so it is exact).
     """
     for name, value in (("n", n), ("w", w), ("layers", layers)):
         if (isinstance(value, bool) or not isinstance(value, int)
@@ -164,10 +164,10 @@ def window_reach(n: int, w: int, layers: int = 1) -> np.ndarray:
             raise ValueError(f"{name} must be a positive integer, "
                              f"got {value!r}")
     gap = np.arange(n)[:, None] - np.arange(n)[None, :]  # (n, n): t - u
-    B = ((gap >= 0) & (gap <= w - 1)).astype(np.int64)  # (n, n), one layer
-    R = B
+    D = ((gap >= 0) & (gap <= w - 1)).astype(np.int64)  # (n, n), one layer
+    R = D
     for _ in range(layers - 1):
-        R = (B @ R > 0).astype(np.int64)  # (n, n), one more layer below
+        R = (D @ R > 0).astype(np.int64)  # (n, n), one more layer below
     return R.astype(bool)
 
 
