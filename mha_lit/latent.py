@@ -3,29 +3,33 @@
 Book: Part III, chapter 17 "Latent KV".
 
 DeepSeek-V2 and DeepSeek-V3 (DeepSeek-AI 2024) keep, per token and layer,
-one latent row c = x W_DKV (d_c wide) and one rotary key
-k_R = RoPE(x W_KR) (d_r wide, shared by every head) instead of h keys and
-h values. Head i rebuilds its key and value from them:
+one latent row c = x W_DKV (d_c wide; the papers' c^KV) and one rotary key
+k_R = RoPE(x W_KR) (d_r wide, the papers' d_h^R, shared by every head)
+instead of h keys and h values. Head i rebuilds its key and value from
+them:
 
     key of head i    [c W_UKi | k_R]                 (d_k + d_r)
     value of head i  c W_UVi                         (d_v)
     query of head i  [x W_Qi | RoPE(x W_QRi)]        (d_k + d_r)
 
-and the scores are scaled by 1/sqrt(d_k + d_r). The first d_k columns
-carry no position ("nope"), the last d_r are rotated (chapter 15).
+and the scores are scaled by 1/sqrt(d_k + d_r), as DeepSeek scales them by
+1/sqrt(d_h + d_h^R). The first d_k columns carry no position ("nope"), the
+last d_r are rotated (chapter 15). The latents of n tokens are the rows of
+C_KV (the book's C^KV), n x d_c.
 
-The queries are projected from x directly. DeepSeek-V2 and V3 pass them
-through a latent of their own first (c_Q = x W_DQ, then W_UQ and W_QR act
-on c_Q), which saves memory in training and changes nothing in the cache;
-the book leaves that step out.
+Left out, as neither changes the size of the cache or how absorption works:
+DeepSeek-V2 and V3 project the queries through a latent of their own
+(c_Q = x W_DQ, d_c' = 1536 wide, then W_UQ and W_QR act on c_Q), which
+saves activation memory in training, and they normalise both latents
+(RMSNorm). Here the queries are projected from x directly.
 
 Two computations give the same Y (``latent_attend``):
 
-* un-absorbed: K_i = C W_UKi and V_i = C W_UVi are rebuilt from the cached
-  rows, then chapter 3's attention runs on them;
-* absorbed: q_i (C W_UKi)^T = (q_i W_UKi^T) C^T moves W_UKi to the query
-  side and S_i (C W_UVi) = (S_i C) W_UVi to the output side, so no key or
-  value of any head is ever formed.
+* un-absorbed: K_i = C_KV W_UKi and V_i = C_KV W_UVi are rebuilt from the
+  cached rows, then chapter 3's attention runs on them;
+* absorbed: q_i (C_KV W_UKi)^T = (q_i W_UKi^T) C_KV^T moves W_UKi to the
+  query side and S_i (C_KV W_UVi) = (S_i C_KV) W_UVi to the output side,
+  so no key or value of any head is ever formed.
 
 Letters in shape comments: n positions (rows of the cache), m query rows
 (m <= n: the last m positions), d_model, d_k (the unrotated part of a
@@ -94,10 +98,13 @@ class LatentDims:
         return self.heads * (self.d_k + self.d_v)
 
 
-# Published sizes (data): DeepSeek-V2, section 3.1.2 "Hyper-Parameters", and
-# DeepSeek-V3, section 4.2 "Hyper-Parameters" (DeepSeek-AI 2024). Both give
-# n_h = 128 heads of d_h = 128 for keys and values, d_c = 512, a decoupled
-# rotary part d_h^R = 64; their query latent d_c' = 1536 is not modelled.
+# Published sizes (data): DeepSeek-V2, section 3.1.2 "Model
+# Hyper-Parameters" (60 layers, d_model 5120), and DeepSeek-V3, section 4.2
+# "Hyper-Parameters" (61 layers, d_model 7168) (DeepSeek-AI 2024). Both give
+# n_h = 128 heads of d_h = 128 for keys and values, d_c = 512 and a
+# decoupled rotary part d_h^R = 64; their query latent d_c' = 1536 is not
+# modelled (module docstring). counting.MODELS["deepseek-v3"] (chapter 18)
+# carries the same sizes of DeepSeek-V3; a test checks that they agree.
 PUBLISHED: dict[str, LatentDims] = {
     "deepseek-v2": LatentDims(d_model=5120, heads=128, d_k=128, d_v=128,
                               d_c=512, d_r=64, layers=60),
@@ -219,11 +226,15 @@ def init_latent_weights(dims: LatentDims | None = None, seed: int = 0,
 # --- the computation ---------------------------------------------------------
 
 
-def _check_rows(X, W: LatentWeights, name: str = "X") -> np.ndarray:
-    """X (m, d_model) as a float array, or an error naming the shapes."""
+def _check_weights(W) -> None:
     if not isinstance(W, LatentWeights):
         raise TypeError(f"W must be mha_lit.latent.LatentWeights, got "
                         f"{type(W).__name__}")
+
+
+def _check_rows(X, W: LatentWeights, name: str = "X") -> np.ndarray:
+    """X (m, d_model) as a float array, or an error naming the shapes."""
+    _check_weights(W)
     X = as_float_array(X, name)
     d_model = W.W_DKV.shape[0]
     if X.ndim != 2 or X.shape[1] != d_model or X.shape[0] == 0:
@@ -243,9 +254,9 @@ def latent_rows(X, W: LatentWeights, positions,
     token's position (half-split convention of chapter 15).
     """
     X = _check_rows(X, W)
-    C = X @ W.W_DKV  # (n, d_model) @ (d_model, d_c) -> (n, d_c)
+    C_KV = X @ W.W_DKV  # (n, d_model) @ (d_model, d_c) -> (n, d_c)
     K_R = rotate(X @ W.W_KR, positions, check_base(rope_base))  # (n, d_r)
-    return np.concatenate([C, K_R], axis=1)  # (n, d_c + d_r)
+    return np.concatenate([C_KV, K_R], axis=1)  # (n, d_c + d_r)
 
 
 def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
@@ -254,7 +265,7 @@ def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
     """Output rows of the queries X against cached rows. Book: chapter 17.
 
     X (m, d_model) holds the input rows of the last m of the n positions
-    whose ``rows`` [C | K_R] (n, d_c + d_r) come from ``latent_rows``;
+    whose ``rows`` [C_KV | K_R] (n, d_c + d_r) come from ``latent_rows``;
     returns Y (m, d_model). With ``causal`` the query at position t sees
     keys 0 .. t. ``absorbed=False`` rebuilds every head's keys and values
     from the rows and runs chapter 3's attention; ``absorbed=True`` never
@@ -263,12 +274,13 @@ def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
     X = _check_rows(X, W)
     rows = as_float_array(rows, "rows")
     s = W.dims
-    m, n = len(X), len(rows)
-    if rows.ndim != 2 or rows.shape[1] != s.latent_row or m > n:
+    m = len(X)
+    if rows.ndim != 2 or rows.shape[1] != s.latent_row or m > len(rows):
         raise ValueError(
             f"rows must be (n >= {m}, d_c + d_r = {s.latent_row}) for X "
             f"{X.shape}: one cached row per position, the m queries last; "
             f"got rows of shape {rows.shape}")
+    n = len(rows)
     positions = np.arange(n - m, n)  # (m,): where the queries stand
     # (m, d_model) @ (h, d_model, d_r) -> (h, m, d_r), every head's, turned
     Q_R = rotate(X @ W.W_QR, positions, check_base(rope_base))
@@ -285,12 +297,13 @@ def _rebuilt_heads(X, Q_R, rows, W: LatentWeights, causal: bool) -> list:
     the unrotated part and the rotary part side by side, so chapter 3's
     ``attention`` scales their scores by 1/sqrt(d_k + d_r) by itself.
     """
-    C, K_R = rows[:, :W.dims.d_c], rows[:, W.dims.d_c:]  # (n, d_c), (n, d_r)
+    d_c = W.dims.d_c
+    C_KV, K_R = rows[:, :d_c], rows[:, d_c:]  # (n, d_c), (n, d_r)
     H = []
     for i in range(W.dims.heads):
         Q = np.concatenate([X @ W.W_Q[i], Q_R[i]], axis=1)  # (m, d_k + d_r)
-        K = np.concatenate([C @ W.W_UK[i], K_R], axis=1)  # (n, d_k + d_r)
-        V = C @ W.W_UV[i]  # (n, d_c) @ (d_c, d_v) -> (n, d_v)
+        K = np.concatenate([C_KV @ W.W_UK[i], K_R], axis=1)  # (n, d_k + d_r)
+        V = C_KV @ W.W_UV[i]  # (n, d_c) @ (d_c, d_v) -> (n, d_v)
         H.append(attention(Q, K, V, causal))  # (m, d_v)
     return H
 
@@ -300,12 +313,12 @@ def _absorbed_heads(X, Q_R, rows, W: LatentWeights, causal: bool) -> list:
 
     Book: chapter 17, "Absorbing W_UK and W_UV". Head i's query becomes
     [q W_UKi^T | q_R] (d_c + d_r), scored against the cached rows
-    [C | K_R] themselves; the weights then average the latents, S C, and
-    W_UVi maps the average to d_v.
+    [C_KV | K_R] themselves; the weights then average the latents,
+    S_i C_KV, and W_UVi maps the average to d_v.
     """
     s = W.dims
     m, n = len(X), len(rows)
-    C = rows[:, :s.d_c]  # (n, d_c)
+    C_KV = rows[:, :s.d_c]  # (n, d_c)
     later = np.arange(n)[None, :] > np.arange(n - m, n)[:, None]  # (m, n)
     H = []
     for i in range(s.heads):
@@ -315,7 +328,7 @@ def _absorbed_heads(X, Q_R, rows, W: LatentWeights, causal: bool) -> list:
         if causal:
             scores = np.where(later, -np.inf, scores)  # (m, n)
         S = softmax(scores)  # (m, n), rows sum to 1
-        H.append((S @ C) @ W.W_UV[i])  # (m, d_c) @ (d_c, d_v) -> (m, d_v)
+        H.append((S @ C_KV) @ W.W_UV[i])  # (m, d_c) @ (d_c, d_v)
     return H
 
 
@@ -329,8 +342,13 @@ def latent_attention(X, W: LatentWeights, causal: bool = True, *,
     (``latent_attend``). X may be a batch (B, n, d_model): one sequence at
     a time, each from position 0. The output has X's floating dtype.
     """
+    _check_weights(W)
     arr = as_float_array(X, "X")
     if arr.ndim == 3:  # (B, n, d_model): one sequence at a time
+        if arr.shape[2] != W.W_DKV.shape[0] or 0 in arr.shape[:2]:
+            raise ValueError(f"X must be (B, n >= 1, d_model = "
+                             f"{W.W_DKV.shape[0]}) to meet W_DKV "
+                             f"{W.W_DKV.shape}, got shape {arr.shape}")
         return np.stack([latent_attention(x, W, causal, absorbed=absorbed,
                                           rope_base=rope_base)
                          for x in arr])  # (B, n, d_model)
@@ -472,7 +490,9 @@ def latent_multiply_adds(m: int, n: int, dims: LatentDims,
     m d_model (d_k + d_r), and Concat W_O m h d_v d_model; per head,
     un-absorbed: K_i, V_i for all n rows, n d_c (d_k + d_v), scores
     m n (d_k + d_r), S V m n d_v; absorbed: q W_UK^T m d_k d_c, scores
-    m n (d_c + d_r), S C m n d_c, then W_UV m d_c d_v.
+    m n (d_c + d_r), S C_KV m n d_c, then W_UV m d_c d_v. The queries are
+    projected from x (module docstring): DeepSeek's query latent would
+    change the query term, none of the terms in n.
     """
     m, n = _count(m, "m"), _count(n, "n")
     if m > n:

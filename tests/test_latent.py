@@ -223,6 +223,18 @@ def test_cache_bytes_for_published_sizes_and_consistency_with_chapter_12():
         latent_cache_bytes(v3, tokens=0)
 
 
+def test_published_sizes_agree_with_chapter_18s_configuration():
+    # the same paper's sizes are kept twice: here and in counting.MODELS
+    v3, cfg = PUBLISHED["deepseek-v3"], counting.MODELS["deepseek-v3"].config
+    assert (v3.layers, v3.d_model, v3.heads) == (cfg.n_layers, cfg.d_model, cfg.n_heads)
+    assert v3.d_k == v3.d_v == cfg.d_head
+    assert (v3.d_c, v3.d_r) == (cfg.latent.d_c, cfg.latent.d_r)
+    # DeepSeek-V2: the same attention sizes in a narrower, shallower model
+    v2 = PUBLISHED["deepseek-v2"]
+    assert (v2.heads, v2.d_k, v2.d_v, v2.d_c, v2.d_r) == (v3.heads, v3.d_k, v3.d_v, v3.d_c, v3.d_r)
+    assert (v2.layers, v2.d_model) == (60, 5120)
+
+
 def test_init_is_reproducible_and_scaled_by_fan_in():
     dims = LatentDims(d_model=64, heads=3, d_k=32, d_v=16, d_c=256, d_r=8)
     W, W2 = init_latent_weights(dims, seed=1), init_latent_weights(dims, seed=1)
@@ -266,6 +278,8 @@ def test_bad_sizes_refused():
     [
         (np.ones((3, 4)), ValueError, r"X must be \(rows >= 1, d_model = 5\) to meet W_DKV \(5, 13\), got shape \(3, 4\)"),
         (np.ones(5), ValueError, r"X must be \(n, d_model\) or \(B, n, d_model\), got shape \(5,\)"),
+        (np.ones((2, 3, 4)), ValueError, r"X must be \(B, n >= 1, d_model = 5\) .* got shape \(2, 3, 4\)"),
+        (np.ones((2, 0, 5)), ValueError, r"got shape \(2, 0, 5\)"),
         (np.ones((0, 5)), ValueError, r"got shape \(0, 5\)"),
         (np.array([[1.0, np.nan, 0, 0, 0]]), ValueError, r"X of shape \(1, 5\) holds 1 NaN"),
         (np.array([list("abcde")]), TypeError, r"X must hold real numbers"),
@@ -290,6 +304,10 @@ def test_bad_cache_input_refused_and_cache_unchanged():
     assert len(cache) == 3 and np.array_equal(cache.rows, before)
     with pytest.raises(ValueError, match=r"rows must be \(n >= 3, d_c \+ d_r = 21\) for X \(3, 5\)"):
         latent_attend(np.ones((3, 5)), np.ones((2, 21)), W)
+    with pytest.raises(ValueError, match=r"got rows of shape \(\)"):
+        latent_attend(np.ones((3, 5)), 1.0, W)
+    with pytest.raises(TypeError, match="W must be mha_lit.latent.LatentWeights"):
+        latent_attention(np.ones((2, 3, 5)), W.arrays())
     with pytest.raises(TypeError, match="LatentKVCache needs LatentWeights"):
         LatentKVCache(W.arrays())
     with pytest.raises(ValueError, match="capacity must be a positive integer"):

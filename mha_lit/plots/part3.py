@@ -257,9 +257,13 @@ def latent_cache_cells(heads: int = 2, d_k: int = 7, d_v: int = 11,
                      for i in range(1, heads + 1)])
     mla_blocks = [("latent", "$c$", d_c), ("rotary", "$k_R$", d_r)]
     width = max(mha + gap * (2 * heads - 1), mla + gap)
-    fig, ax = plt.subplots(figsize=(0.2 * (width + 24), 1.6))
+    left, right = 10.5, 6.0  # room for the row names and the counts
+    bottom, top = -0.3, 4.6
+    fig, ax = plt.subplots(figsize=(0.2 * (width + left + right),
+                                    0.2 * (top - bottom)))  # 0.2 in a cell
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
     for y, blocks, total, name in (
-            (2.4, mha_blocks, mha, "multi-head attention"),
+            (2.5, mha_blocks, mha, "multi-head attention"),
             (0.0, mla_blocks, mla, "latent attention")):
         x = 0.0
         for kind, label, cells in blocks:
@@ -267,17 +271,16 @@ def latent_cache_cells(heads: int = 2, d_k: int = 7, d_v: int = 11,
                 ax.add_patch(plt.Rectangle(
                     (x + j, y), 1, 1, facecolor=_LATENT_COLOURS[kind],
                     edgecolor="white", lw=1, gid=kind))
-            ax.text(x + cells / 2, y + 1.15, f"{label} ({cells})",
-                    ha="center", va="bottom", fontsize=9)
+            ax.text(x + cells / 2, y + 1.1, f"{label} ({cells})",
+                    ha="center", va="bottom", fontsize=10)
             x += cells + gap
-        ax.text(x + 0.4, y + 0.5, f"{total} numbers", ha="left",
-                va="center", fontsize=10)
-        ax.text(-0.8, y + 0.5, name, ha="right", va="center", fontsize=10)
-    ax.set_xlim(-15.5, width + 8.5)
-    ax.set_ylim(-0.2, 4.1)
+        ax.text(x + 0.3, y + 0.5, f"{total} numbers", ha="left",
+                va="center", fontsize=11)
+        ax.text(-0.6, y + 0.5, name, ha="right", va="center", fontsize=11)
+    ax.set_xlim(-left, width + right)
+    ax.set_ylim(bottom, top)
     ax.set_aspect("equal")
     ax.axis("off")
-    fig.tight_layout()
     return fig
 
 
