@@ -481,12 +481,17 @@ def test_every_page_of_the_toc_is_checked():
 
 
 def _notation_rows() -> dict[str, tuple[int, ...]]:
-    """First cell -> the numbers of the second cell, for every table row of book/notation.md."""
+    """First cell -> the numbers of the second cell, for the table rows of book/notation.md.
+
+    A symbol's first row counts: the running example's sizes come first; Part III's chapters
+    restate some symbols (h, n) for their own examples further down.
+    """
     rows = {}
     for line in (ROOT / "book" / "notation.md").read_text().splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if line.startswith("| $") and len(cells) >= 2:
-            rows[cells[0]] = tuple(int(number) for number in re.findall(r"\d+", cells[1]))
+            numbers = tuple(int(number) for number in re.findall(r"\d+", cells[1]))
+            rows.setdefault(cells[0], numbers)
     return rows
 
 
