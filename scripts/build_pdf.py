@@ -42,6 +42,7 @@ import time
 from io import BytesIO
 from pathlib import Path
 
+import offline_browser  # scripts/offline_browser.py, beside this script
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -412,23 +413,10 @@ def print_book(source: Path, toc_root: str, parts: list[dict], config: dict) -> 
                    header_template=header, footer_template=footer,
                    margin={side: f"{mm}mm" for side, mm in MARGIN_MM.items()})
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=chromium,
-            args=["--disable-gpu", "--disable-background-networking", "--disable-sync"],
-        )
+        browser = offline_browser.launch(playwright, chromium)
         try:
             context = browser.new_context(viewport={"width": COLUMN_PX, "height": PAGE_PX})
-            context.route(
-                lambda url: not url.startswith("file:"),
-                lambda route: (problems.append(f"blocked network request: {route.request.url}"),
-                               route.abort())[1],
-            )
-            page = context.new_page()
-            page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-            page.on("console", lambda msg: problems.append(f"console {msg.type}: {msg.text}")
-                    if msg.type == "error" else None)
-            page.on("requestfailed", lambda request: problems.append(
-                f"request failed: {request.url} ({request.failure})"))
+            page = offline_browser.offline_page(context, problems)
             clock = time.monotonic()
             # The load event waits for MathJax, which typesets some 2,000 formulas first: on a
             # busy machine that takes more than Playwright's default 30 s.

@@ -39,20 +39,22 @@ mha_lit's running example.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
+import book_pages
 import numpy as np
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import offline_browser  # noqa: E402  (scripts/offline_browser.py)
+
 VIEWPORTS = {"desktop": (1280, 900), "phone": (390, 844)}
 THEMES = ("light", "dark")  # the theme's toggle; light is the first visit's default
 # WCAG 2.1 minimum contrast (success criterion 1.4.3): normal text, and large text
@@ -62,28 +64,11 @@ TEXT_CONTRAST, LARGE_TEXT_CONTRAST = 4.5, 3.0
 LIGHT_PANEL = 0.8
 
 
-def _toc_pages() -> list[str]:
-    """Every page of _toc.yml, in reading order, read with the root conftest's own parser."""
-    spec = importlib.util.spec_from_file_location("book_toc", ROOT / "conftest.py")
-    book_toc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(book_toc)
-    return book_toc._toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))
-
-
-PAGES = _toc_pages()
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PAGES = book_pages.toc_pages()
 
 
 def _cannot_run(reason: str):
-    """Fail in CI; elsewhere skip, loudly (a warning in the summary as well as the skip)."""
-    message = f"BROWSER TEST NOT RUN: {reason}"
-    if _in_ci():
-        pytest.fail(f"{message} (CI=true: the browser test must run)", pytrace=False)
-    warnings.warn(message, UserWarning, stacklevel=2)
-    pytest.skip(message)
+    book_pages.cannot_run("browser test", reason)
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +82,7 @@ def browser():
     except ImportError:
         _cannot_run("Playwright is not installed; `pip install -r requirements.txt` installs it")
     with sync_playwright() as playwright:
-        chrome = playwright.chromium.launch(
-            executable_path=chromium,
-            args=["--disable-gpu", "--disable-background-networking", "--disable-sync"],
-        )
+        chrome = offline_browser.launch(playwright, chromium)
         yield chrome
         chrome.close()
 
@@ -297,17 +279,7 @@ def _check_page(browser, html: Path, page_name: str, viewport: str,
     # page's first script reads it back before anything is drawn, as on a reader's return.
     context.add_init_script(f'localStorage.setItem("mode", "{theme}");'
                             f'localStorage.setItem("theme", "{theme}");')
-    context.route(
-        lambda url: not url.startswith("file:"),
-        lambda route: (problems.append(f"blocked network request: {route.request.url}"),
-                       route.abort())[1],
-    )
-    page = context.new_page()
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("console", lambda msg: problems.append(f"console {msg.type}: {msg.text}")
-            if msg.type == "error" else None)
-    page.on("requestfailed", lambda request: problems.append(
-        f"request failed: {request.url} ({request.failure})"))
+    page = offline_browser.offline_page(context, problems)
     try:
         page.goto((html / f"{page_name}.html").as_uri(), wait_until="load")
         found = page.evaluate(INSPECT_PAGE)
@@ -410,11 +382,7 @@ def _first_look_weights() -> np.ndarray:
 def _open(browser, html: Path, page_name: str, problems: list[str], **options):
     """A page in a fresh offline context; problems collects errors and blocked requests."""
     context = browser.new_context(**options)
-    context.route(lambda url: not url.startswith("file:"),
-                  lambda route: (problems.append(f"blocked: {route.request.url}"),
-                                 route.abort())[1])
-    page = context.new_page()
-    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page = offline_browser.offline_page(context, problems, console=False)
     page.goto((html / f"{page_name}.html").as_uri(), wait_until="load")
     return context, page
 

@@ -11,13 +11,12 @@ text: streams, errors, and results whose richest form is text/plain.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import unicodedata
 from pathlib import Path
 
+import book_pages
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN, TOGGLE = 77, 75  # characters a code box holds at 1280 px
@@ -26,11 +25,7 @@ RICHER = ("application/vnd.jupyter.widget-view+json", "text/html", "image/svg+xm
 
 
 def _pages() -> list[str]:
-    spec = importlib.util.spec_from_file_location("book_toc", ROOT / "conftest.py")
-    toc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(toc)
-    pages = toc._toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))
-    return [p for p in pages if (ROOT / f"{p}.ipynb").exists()]
+    return [p for p in book_pages.toc_pages() if (ROOT / f"{p}.ipynb").exists()]
 
 
 def _width(line: str) -> int:

@@ -23,18 +23,16 @@ Without Chromium (or Playwright) the tests skip and say why; with CI=true they f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
 import sys
 import unicodedata
-import warnings
 from pathlib import Path
 
+import book_pages
 import pytest
 import yaml
 
@@ -45,28 +43,11 @@ CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 
 
-def _toc_pages() -> list[str]:
-    """Every page of _toc.yml, in reading order, read with the root conftest's own parser."""
-    spec = importlib.util.spec_from_file_location("book_toc", ROOT / "conftest.py")
-    book_toc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(book_toc)
-    return book_toc._toc_files(TOC)
-
-
-PAGES = _toc_pages()
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PAGES = book_pages.toc_pages()
 
 
 def _cannot_run(reason: str):
-    """Fail in CI; elsewhere skip, loudly (a warning in the summary as well as the skip)."""
-    message = f"PDF TEST NOT RUN: {reason}"
-    if _in_ci():
-        pytest.fail(f"{message} (CI=true: the PDF test must run)", pytrace=False)
-    warnings.warn(message, UserWarning, stacklevel=2)
-    pytest.skip(message)
+    book_pages.cannot_run("PDF test", reason)
 
 
 # --- what the sources say the book holds -------------------------------------------------------

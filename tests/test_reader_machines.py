@@ -19,7 +19,6 @@ The OpenBLAS environment variables are left as the machine sets them.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -27,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import book_pages
 import numpy as np
 import pytest
 import reorder_sums
@@ -39,10 +39,7 @@ KERNEL = "reorder-sums"
 
 def _toc_notebooks() -> list[Path]:
     """The notebooks _toc.yml lists, found by the root conftest (the one nbval collects with)."""
-    spec = importlib.util.spec_from_file_location("book_toc", ROOT / "conftest.py")
-    book_toc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(book_toc)
-    return sorted(book_toc.TOC_NOTEBOOKS)
+    return sorted(book_pages.BOOK.TOC_NOTEBOOKS)
 
 
 TOC_NOTEBOOKS = _toc_notebooks()
