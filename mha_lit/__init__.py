@@ -2,14 +2,16 @@
 
 The book: "Multi-Head Attention, Computed". Read the modules in the
 book's order: ``shapes`` (Dims, Weights), ``encoding`` (the input X),
-``attention`` (softmax, causal mask, one head, many heads), ``kv_cache``,
-``block`` (the GPT block; GPT-2's exactly, with attention biases),
-``symbolic`` (SymPy); then Part II's ``counting``, ``fast`` and
-``decoder`` (a small GPT that generates) and ``roofline`` (from CPU
-to GPU); then Part III's ``rope`` (rotary positions) and ``latent``
-(multi-head latent attention and its cache); grouped key/value heads and
-sliding windows are keywords of ``shapes``, ``attention`` and
-``kv_cache``. ``plots`` draws the figures of every part.
+``masks`` and ``attention`` (softmax, the causal mask, the one
+attention kernel, many heads), ``kv_cache``, ``block`` (the GPT block)
+and ``variants`` (biases and padded batches, chapter 8; then Part III's
+grouped heads, rotary positions and windows), ``symbolic`` (SymPy); then
+Part II's ``trace`` (recording products), ``counting``, ``models``,
+``fast`` (the fast path of ``multi_head_attention``), ``decoder`` (a
+small GPT that generates) and ``roofline`` (from CPU to GPU); then Part
+III's ``rope`` (rotary positions) and ``latent`` (multi-head latent
+attention and its cache). ``plots`` draws the figures of every part;
+``checks`` holds the checks at the door of the public functions.
 
 ``import mha_lit`` needs NumPy only: ``plots`` (matplotlib) and
 ``symbolic`` (SymPy) are imported the first time they are used, as
@@ -18,12 +20,11 @@ sliding windows are keywords of ``shapes``, ``attention`` and
 
 import importlib
 
-from . import counting, latent, roofline, rope
+from . import counting, latent, masks, models, roofline, rope, trace, variants
 from .attention import (
     attention,
     attention_weights,
     causal_mask,
-    multi_head_attention,
     multi_head_attention_reference,
     softmax,
 )
@@ -45,6 +46,7 @@ from .encoding import (
     sentence,
     sinusoidal_encoding,
 )
+from .fast import multi_head_attention
 from .kv_cache import KVCache, recompute_multiply_adds, step_multiply_adds
 from .shapes import Dims, Weights, init_weights
 
@@ -84,6 +86,10 @@ __all__ = [
     "roofline",
     "rope",
     "latent",
+    "masks",
+    "models",
+    "trace",
+    "variants",
 ]
 
 __version__ = "0.1.0"

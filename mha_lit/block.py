@@ -21,18 +21,18 @@ is GPT-2's block exactly: chapter 8, "GPT-2's block, exactly".
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from .attention import multi_head_attention
-from .shapes import Dims, Weights, _frozen, as_float_array, init_weights
+from .checks import float_array, positive_int, token_rows
+from .fast import multi_head_attention
+from .shapes import Dims, Weights, init_weights, read_only_copy
 
 __all__ = [
     "layer_norm",
     "gelu",
-    "erf",
     "feed_forward",
     "residual",
     "BlockWeights",
@@ -44,57 +44,8 @@ __all__ = [
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-def _power_fit(f, lo: float, hi: float, degree: int) -> tuple:
-    """(center, half_width, coefficients) of the polynomial of ``degree``
-    through f at the Chebyshev points of [lo, hi], in t = (x - center) /
-    half_width, lowest power first."""
-    k = np.arange(degree + 1)
-    nodes = np.cos(np.pi * (k + 0.5) / (degree + 1))  # t in [-1, 1]
-    center, half = (lo + hi) / 2, (hi - lo) / 2
-    values = [f(float(v)) for v in center + half * nodes]
-    cheb = np.polynomial.chebyshev.chebfit(nodes, values, degree)
-    return center, half, np.polynomial.chebyshev.cheb2poly(cheb)
-
-
-def _horner(fit: tuple, x: np.ndarray) -> np.ndarray:
-    """The polynomial of ``_power_fit`` at x, in one buffer."""
-    center, half, coef = fit
-    t = (x - center) / half
-    y = np.full_like(t, coef[-1])
-    for c in coef[-2::-1]:
-        y *= t
-        y += c
-    return y
-
-
-# NumPy has no erf. Two smooth functions of math.erf and math.erfc are
-# interpolated once, at import: erf(x) / x as a polynomial in x^2 for
-# |x| < 2, and erfc(x) exp(x^2) for 2 <= |x| < 6; beyond 6, erfc(x) <
-# 2e-17 and erf(x) rounds to +-1 in float64.
-_ERF_OVER_X = _power_fit(
-    lambda u: math.erf(math.sqrt(u)) / math.sqrt(u), 0.0, 4.0, 20)
-_ERFC_SCALED = _power_fit(
-    lambda x: math.erfc(x) * math.exp(x * x), 2.0, 6.0, 26)
-
-
-def erf(x) -> np.ndarray:
-    """The error function, elementwise, with NumPy array operations.
-
-    Book: chapter 8, "GELU" (the exact GELU). Within 4e-15 of ``math.erf``
-    in float64 (up to about 30 units in the last place near |x| = 2;
-    tests/test_block.py), far below float32's resolution; keeps x's
-    floating dtype.
-    """
-    x = as_float_array(x, "x")
-    a = np.abs(x).astype(np.float64)  # shape of x
-    y = np.ones_like(a)  # |x| >= 6
-    small = a < 2.0
-    a_s = a[small]
-    y[small] = a_s * _horner(_ERF_OVER_X, a_s * a_s)
-    mid = ~small & (a < 6.0)
-    a_m = a[mid]
-    y[mid] = 1.0 - np.exp(-a_m * a_m) * _horner(_ERFC_SCALED, a_m)
-    return np.copysign(y, x).astype(x.dtype, copy=False)
+# NumPy has no erf: the standard library's, entry by entry (float64).
+_erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def layer_norm(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
@@ -105,21 +56,21 @@ def layer_norm(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
     taken over each row's d_model entries, never across rows; GPT-2 uses
     eps = 1e-5.
     """
-    X = as_float_array(X, "X", ndim=2)
+    X = float_array(X, "X", ndim=2)
     d_model = X.shape[1]
-    gamma = as_float_array(gamma, "gamma", ndim=1)
-    beta = as_float_array(beta, "beta", ndim=1)
+    gamma = float_array(gamma, "gamma", ndim=1)
+    beta = float_array(beta, "beta", ndim=1)
     if gamma.shape != (d_model,) or beta.shape != (d_model,):
         raise ValueError(
             f"X is {X.shape} so gamma and beta must be ({d_model},), "
             f"got gamma {gamma.shape} and beta {beta.shape}")
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
-    return _layer_norm_rows(X, gamma, beta, eps)
+    return layer_norm_rows(X, gamma, beta, eps)
 
 
-def _layer_norm_rows(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
-    """``layer_norm`` without the checks, for weights already checked."""
+def layer_norm_rows(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
+    """``layer_norm`` without the checks, for arrays already checked."""
     mu = X.mean(axis=1, keepdims=True)  # (n, 1) one mean per row
     var = ((X - mu) ** 2).mean(axis=1, keepdims=True)  # (n, 1)
     X_hat = (X - mu) / np.sqrt(var + eps)  # (n, d_model) mean 0, var ~1
@@ -133,12 +84,12 @@ def gelu(x, approximate: bool = True) -> np.ndarray:
     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
     ``approximate=False``: exact, 0.5 x (1 + erf(x / sqrt(2))).
     """
-    x = as_float_array(x, "x")
-    return _gelu_values(x, approximate)
+    x = float_array(x, "x")
+    return gelu_values(x, approximate)
 
 
-def _gelu_values(x: np.ndarray, approximate: bool = True) -> np.ndarray:
-    """``gelu`` without the checks."""
+def gelu_values(x: np.ndarray, approximate: bool = True) -> np.ndarray:
+    """``gelu`` without the checks, for a float array already checked."""
     if approximate:
         # sqrt(2/pi) x (1 + 0.044715 x^2), in one buffer: shape of x
         # an array even for 0-d x
@@ -152,7 +103,8 @@ def _gelu_values(x: np.ndarray, approximate: bool = True) -> np.ndarray:
         inner *= x
         inner *= 0.5  # 0.5 x (1 + tanh(...))
         return inner
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))  # shape of x
+    erf = _erf(x / math.sqrt(2.0)).astype(x.dtype)  # shape of x
+    return 0.5 * x * (1.0 + erf)  # shape of x
 
 
 def feed_forward(X, W_1, b_1, W_2, b_2) -> np.ndarray:
@@ -163,11 +115,11 @@ def feed_forward(X, W_1, b_1, W_2, b_2) -> np.ndarray:
     X (n, d_model), W_1 (d_model, d_ff), b_1 (d_ff,), W_2 (d_ff, d_model),
     b_2 (d_model,); the result is (n, d_model).
     """
-    X = as_float_array(X, "X", ndim=2)
-    W_1 = as_float_array(W_1, "W_1", ndim=2)
-    W_2 = as_float_array(W_2, "W_2", ndim=2)
-    b_1 = as_float_array(b_1, "b_1", ndim=1)
-    b_2 = as_float_array(b_2, "b_2", ndim=1)
+    X = float_array(X, "X", ndim=2)
+    W_1 = float_array(W_1, "W_1", ndim=2)
+    W_2 = float_array(W_2, "W_2", ndim=2)
+    b_1 = float_array(b_1, "b_1", ndim=1)
+    b_2 = float_array(b_2, "b_2", ndim=1)
     d_model, d_ff = W_1.shape
     if X.shape[1] != d_model:
         raise ValueError(
@@ -179,16 +131,16 @@ def feed_forward(X, W_1, b_1, W_2, b_2) -> np.ndarray:
             f"W_1 is {W_1.shape} (d_model = {d_model}, d_ff = {d_ff}) so "
             f"b_1, W_2, b_2 must be {want[0]}, {want[1]}, {want[2]}; "
             f"got {b_1.shape}, {W_2.shape}, {b_2.shape}")
-    return _feed_forward_rows(X, W_1, b_1, W_2, b_2)
+    return feed_forward_rows(X, W_1, b_1, W_2, b_2)
 
 
-def _feed_forward_rows(X, W_1, b_1, W_2, b_2) -> np.ndarray:
-    """``feed_forward`` without the checks, for weights already checked
+def feed_forward_rows(X, W_1, b_1, W_2, b_2) -> np.ndarray:
+    """``feed_forward`` without the checks, for arrays already checked
     (a decoding step must not read every weight twice)."""
     if len(X) == 1:  # one row: matrix-vector products
-        hidden = _gelu_values(X[0] @ W_1 + b_1)  # (d_ff,)
+        hidden = gelu_values(X[0] @ W_1 + b_1)  # (d_ff,)
         return (hidden @ W_2 + b_2)[None]  # (1, d_model)
-    hidden = _gelu_values(X @ W_1 + b_1)  # X W_1 is (n, d_ff)
+    hidden = gelu_values(X @ W_1 + b_1)  # X W_1 is (n, d_ff)
     return hidden @ W_2 + b_2  # (n, d_ff) @ (d_ff, d_model) -> (n, d_model)
 
 
@@ -197,7 +149,7 @@ def residual(X, sublayer) -> np.ndarray:
 
     ``sublayer`` must map an (n, d_model) array to one of the same shape.
     """
-    X = as_float_array(X, "X", ndim=2)
+    X = float_array(X, "X", ndim=2)
     F = np.asarray(sublayer(X))  # (n, d_model)
     if F.shape != X.shape:
         raise ValueError(
@@ -240,10 +192,10 @@ class BlockWeights:
         if not isinstance(self.attn, Weights):
             raise TypeError("attn must be mha_lit.Weights, got "
                             f"{type(self.attn).__name__}")
-        arrs = {name: as_float_array(getattr(self, name), name, ndim=1)
+        arrs = {name: float_array(getattr(self, name), name, ndim=1)
                 for name in _VECTORS}
-        arrs["W_1"] = as_float_array(self.W_1, "W_1", ndim=2)
-        arrs["W_2"] = as_float_array(self.W_2, "W_2", ndim=2)
+        arrs["W_1"] = float_array(self.W_1, "W_1", ndim=2)
+        arrs["W_2"] = float_array(self.W_2, "W_2", ndim=2)
         d_model, d_ff = self.attn.d_model, arrs["W_1"].shape[1]
         expected = {"W_1": (d_model, d_ff), "b_1": (d_ff,),
                     "W_2": (d_ff, d_model)}
@@ -257,7 +209,7 @@ class BlockWeights:
         if d_ff == 0:
             raise ValueError("W_1 needs at least one column (d_ff > 0)")
         for name, arr in arrs.items():
-            object.__setattr__(self, name, _frozen(arr, arr.dtype))
+            object.__setattr__(self, name, read_only_copy(arr, arr.dtype))
 
     @property
     def d_model(self) -> int:
@@ -280,6 +232,7 @@ class BlockWeights:
         return {**self.attn.arrays(),
                 **{n: getattr(self, n) for n in names}}
 
+    @cached_property
     def transposed_ffn(self) -> tuple[np.ndarray, np.ndarray]:
         """W_1^T (d_ff, d_model) and W_2^T (d_model, d_ff), C-contiguous.
 
@@ -287,13 +240,10 @@ class BlockWeights:
         ``fast.few_rows_product`` reads a decoding step's weights in. Made
         once and kept on the block (its arrays are read-only).
         """
-        kept = self.__dict__.get("_ffn_T")
-        if kept is None:
-            kept = tuple(np.ascontiguousarray(a.T)
-                         for a in (self.W_1, self.W_2))
-            for a in kept:
-                a.flags.writeable = False
-            object.__setattr__(self, "_ffn_T", kept)
+        kept = (np.ascontiguousarray(self.W_1.T),  # (d_ff, d_model)
+                np.ascontiguousarray(self.W_2.T))  # (d_model, d_ff)
+        for a in kept:
+            a.flags.writeable = False
         return kept
 
     def __repr__(self) -> str:
@@ -318,8 +268,7 @@ def init_block_weights(dims: Dims | None = None, d_ff: int = 17,
     float type of every array (float32 for the benchmarks of chapter 12).
     """
     dims = Dims() if dims is None else dims
-    if isinstance(d_ff, bool) or not isinstance(d_ff, int) or d_ff <= 0:
-        raise ValueError(f"d_ff must be a positive integer, got {d_ff!r}")
+    d_ff = positive_int(d_ff, "d_ff")
     attn = init_weights(dims, seed=seed, biases=attn_biases, dtype=dtype)
     rng = np.random.default_rng([seed, 8])  # independent of attn's stream
     d = dims.d_model
@@ -348,11 +297,8 @@ def gpt_block(X, B: BlockWeights, pre_ln: bool = True) -> np.ndarray:
     if not isinstance(B, BlockWeights):
         raise TypeError("B must be mha_lit.BlockWeights, got "
                         f"{type(B).__name__}")
-    X = as_float_array(X, "X", ndim=2)
-    if X.shape[1] != B.d_model:
-        raise ValueError(
-            f"X has {X.shape[1]} columns but the block expects d_model = "
-            f"{B.d_model} (X is {X.shape}, W_1 is {B.W_1.shape})")
+    X = token_rows(X, B.d_model, against="the block",
+                   also=f"W_1 is {B.W_1.shape}")
 
     def mha(x):  # (n, d_model), mixes rows, causally
         return multi_head_attention(x, B.attn, causal=True)
@@ -405,10 +351,8 @@ def _check_gpt2_attention(c_attn_w, c_attn_b, c_proj_w, c_proj_b,
 
     Book: chapter 8, "GPT-2's block, exactly".
     """
-    if (isinstance(heads, bool) or not isinstance(heads, numbers.Integral)
-            or heads <= 0):
-        raise ValueError(f"heads must be a positive integer, got {heads!r}")
-    c_attn_w = as_float_array(c_attn_w, "c_attn_w", ndim=2)
+    heads = positive_int(heads, "heads")
+    c_attn_w = float_array(c_attn_w, "c_attn_w", ndim=2)
     d = c_attn_w.shape[0]  # d_model
     if c_attn_w.shape != (d, 3 * d):
         raise ValueError(
@@ -422,7 +366,7 @@ def _check_gpt2_attention(c_attn_w, c_attn_b, c_proj_w, c_proj_b,
     for name, a, want in (("c_attn_b", c_attn_b, (3 * d,)),
                           ("c_proj_w", c_proj_w, (d, d)),
                           ("c_proj_b", c_proj_b, (d,))):
-        a = as_float_array(a, name)  # should be want
+        a = float_array(a, name)  # should be want
         if a.shape != want:
             raise ValueError(f"{name} has shape {a.shape} but must be "
                              f"{want}: c_attn_w is {c_attn_w.shape}, so "

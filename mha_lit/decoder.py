@@ -25,18 +25,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import checks
 from .block import (
     BlockWeights,
-    _feed_forward_rows,
-    _gelu_values,
-    _layer_norm_rows,
+    feed_forward_rows,
+    gelu_values,
     gpt_block,
     init_block_weights,
     layer_norm,
+    layer_norm_rows,
 )
 from .fast import few_rows_product
 from .kv_cache import KVCache
-from .shapes import Dims, _frozen, as_float_array
+from .shapes import Dims, read_only_copy
 
 __all__ = ["GPTWeights", "init_gpt_weights", "gpt_forward", "Decoder"]
 
@@ -66,10 +67,10 @@ class GPTWeights:
             raise TypeError("blocks must be a non-empty sequence of "
                             "mha_lit.BlockWeights")
         d = blocks[0].d_model
-        arrs = {"E": as_float_array(self.E, "E", ndim=2),
-                "P": as_float_array(self.P, "P", ndim=2),
-                "gamma_f": as_float_array(self.gamma_f, "gamma_f", ndim=1),
-                "beta_f": as_float_array(self.beta_f, "beta_f", ndim=1)}
+        arrs = {"E": checks.float_array(self.E, "E", ndim=2),
+                "P": checks.float_array(self.P, "P", ndim=2),
+                "gamma_f": checks.float_array(self.gamma_f, "gamma_f", ndim=1),
+                "beta_f": checks.float_array(self.beta_f, "beta_f", ndim=1)}
         for name, arr in arrs.items():
             if arr.shape[-1] != d:
                 raise ValueError(f"{name} has shape {arr.shape}, but the "
@@ -84,7 +85,7 @@ class GPTWeights:
             raise TypeError("every array of a GPT must have one float type, "
                             f"got {sorted(str(d) for d in dtypes)}")
         for name, arr in arrs.items():
-            object.__setattr__(self, name, _frozen(arr, arr.dtype))
+            object.__setattr__(self, name, read_only_copy(arr, arr.dtype))
         object.__setattr__(self, "blocks", blocks)
 
     @property
@@ -130,10 +131,7 @@ def init_gpt_weights(dims: Dims | None = None, n_layers: int = 2,
     dims = Dims() if dims is None else dims
     for name, value in (("n_layers", n_layers), ("vocab_size", vocab_size),
                         ("context_length", context_length)):
-        if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                or value < 1):
-            raise ValueError(
-                f"{name} must be a positive integer, got {value!r}")
+        checks.positive_int(value, name)
     rng = np.random.default_rng([seed, 12])
     d = dims.d_model
     blocks = [init_block_weights(dims, d_ff, seed=seed * 1000 + layer,
@@ -148,17 +146,13 @@ def init_gpt_weights(dims: Dims | None = None, n_layers: int = 2,
 
 
 def _check_tokens(tokens, G: GPTWeights, batch: int | None) -> np.ndarray:
-    """tokens as an int array (m,) or (B, m), in range, fitting the context."""
-    t = np.asarray(tokens)
-    ndim = 1 if batch is None else 2
-    if (t.ndim != ndim or not np.issubdtype(t.dtype, np.integer)
-            or (batch is not None and t.shape[0] != batch)):
+    """tokens (m,) or (B, m) as ids of G's vocabulary, reshaped (B, m)."""
+    t = checks.token_ids(tokens, G.vocab_size)
+    if t.ndim != (1 if batch is None else 2) or (
+            batch is not None and t.shape[0] != batch):
         want = "(m,)" if batch is None else f"(B, m) with B = {batch}"
         raise ValueError(f"tokens must be integers of shape {want}, got "
-                         f"{t.dtype} {t.shape}")
-    if t.size and (t.min() < 0 or t.max() >= G.vocab_size):
-        raise ValueError(f"token ids must lie in 0 .. {G.vocab_size - 1}, "
-                         f"got {t.min()} .. {t.max()}")
+                         f"shape {t.shape}")
     return t.reshape(-1, t.shape[-1])
 
 
@@ -244,40 +238,31 @@ class Decoder:
         ``few``: a decoding step's rows, one per sequence
         (``few_rows_product``)."""
         for block, cache in zip(self.G.blocks, self.caches, strict=True):
-            a = _layer_norm_rows(X, block.gamma_1, block.beta_1)
+            a = layer_norm_rows(X, block.gamma_1, block.beta_1)
             X = X + run_attention(cache, a)  # X' = X + MHA(LN_1(X))
-            f = _layer_norm_rows(X, block.gamma_2, block.beta_2)
+            f = layer_norm_rows(X, block.gamma_2, block.beta_2)
             if few:  # the same FFN, each weight read once for all rows
-                W_1T, W_2T = block.transposed_ffn()
-                hidden = _gelu_values(few_rows_product(W_1T, f) + block.b_1)
+                W_1T, W_2T = block.transposed_ffn
+                hidden = gelu_values(few_rows_product(W_1T, f) + block.b_1)
                 X = X + (few_rows_product(W_2T, hidden) + block.b_2)
             else:
-                X = X + _feed_forward_rows(f, block.W_1, block.b_1, block.W_2,
-                                           block.b_2)  # X' + FFN(LN_2(X'))
+                X = X + feed_forward_rows(f, block.W_1, block.b_1, block.W_2,
+                                          block.b_2)  # X' + FFN(LN_2(X'))
         return X
 
     def _output(self, Z: np.ndarray) -> np.ndarray:
         """Logits (rows, V) of final hidden rows Z (rows, d_model): Z E^T."""
         G = self.G
-        return few_rows_product(G.E, _layer_norm_rows(Z, G.gamma_f, G.beta_f))
+        return few_rows_product(G.E, layer_norm_rows(Z, G.gamma_f, G.beta_f))
 
     def prefill(self, tokens, key_mask=None) -> np.ndarray:
         """Feed a prompt at once; return the logits of its last token."""
         G, B = self.G, self.batch
         t = _check_tokens(tokens, G, B)  # (B, m)
         nb, m = t.shape
-        if key_mask is None:
-            mask = np.ones((nb, m), dtype=bool)
-        else:
-            mask = np.asarray(key_mask)
-            want = (m,) if B is None else (B, m)
-            if mask.dtype != bool:
-                raise TypeError("key_mask must be a boolean array of shape "
-                                f"{want}, got dtype {mask.dtype}")
-            if mask.shape != want:
-                raise ValueError("key_mask must be a boolean array of shape "
-                                 f"{want}, got {mask.dtype} {mask.shape}")
-            mask = mask.reshape(nb, m)
+        want = (m,) if B is None else (nb, m)
+        mask = checks.key_mask(key_mask, want, of="the prompt")
+        mask = np.ones((nb, m), bool) if mask is None else mask.reshape(nb, m)
         counts = mask.sum(axis=1)  # (B,) real tokens per sequence
         start = self.lengths  # (B,)
         if (counts == 0).any():
@@ -327,12 +312,11 @@ class Decoder:
             chosen = self._logits.argmax(axis=1)  # (B,) greedy
         else:
             want = () if self.batch is None else (self.batch,)
-            chosen = np.asarray(tokens)
-            if (chosen.shape != want
-                    or not np.issubdtype(chosen.dtype, np.integer)):
+            chosen = checks.token_ids(tokens, G.vocab_size)
+            if chosen.shape != want:
                 raise ValueError(f"tokens must be integers of shape {want}, "
-                                 f"got {chosen.dtype} {chosen.shape}")
-            chosen = _check_tokens(chosen.reshape(-1), G, None)[0]  # (B,)
+                                 f"got shape {chosen.shape}")
+            chosen = chosen.reshape(-1)  # (B,)
         X = G.E[chosen] + G.P[positions]  # (B, d_model)
 
         def attention(cache, a):  # a (B, d_model): one row per sequence
@@ -350,10 +334,12 @@ class Decoder:
 
         Continues what the Decoder already holds (``reset()`` first to
         start a new text)."""
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) \
-                or steps < 0:
-            raise ValueError(
-                f"steps must be a non-negative integer, got {steps!r}")
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
+            raise TypeError(f"steps must be a non-negative integer, got "
+                            f"{steps!r}")
+        if steps < 0:
+            raise ValueError(f"steps must be a non-negative integer, got "
+                             f"{steps}")
         self.prefill(tokens, key_mask)
         out = [self.decode_step() for _ in range(steps)]
         if self.batch is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .shapes import as_float_array
+from . import checks
 
 __all__ = ["sinusoidal_encoding", "embed", "VOCABULARY", "example_table",
            "sentence"]
@@ -30,11 +30,8 @@ def sinusoidal_encoding(n: int, d_model: int,
     the same angle for odd col; the book's pair j is columns 2j - 2 and
     2j - 1. An odd d_model (5 in the book) simply ends on a sine column.
     """
-    for name, value in (("n", n), ("d_model", d_model)):
-        if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                or value <= 0):
-            raise ValueError(f"sinusoidal_encoding needs a positive integer "
-                             f"{name}, got {value!r}")
+    n = checks.positive_int(n, "n")
+    d_model = checks.positive_int(d_model, "d_model")
     if not base > 0:
         raise ValueError(f"sinusoidal_encoding needs a positive base, "
                          f"got {base!r}")
@@ -50,16 +47,11 @@ def embed(token_ids, table) -> np.ndarray:
     ``token_ids`` is a 1-D sequence of n integer ids, ``table`` a
     (vocab, d_model) embedding table; the result X is (n, d_model).
     """
-    table = as_float_array(table, "embedding table", ndim=2)
-    ids = np.asarray(token_ids)
-    if (ids.ndim != 1 or ids.size == 0
-            or not np.issubdtype(ids.dtype, np.integer)):
-        raise ValueError(f"token_ids must be a non-empty 1-D sequence of "
-                         f"integers, got {ids!r}")
+    table = checks.float_array(table, "embedding table", ndim=2)
     vocab, d_model = table.shape
-    if ids.min() < 0 or ids.max() >= vocab:
-        raise ValueError(f"token ids must lie in 0..{vocab - 1} (the table "
-                         f"has {vocab} rows), got {ids.tolist()}")
+    if np.size(token_ids) == 0:
+        raise ValueError("token_ids must hold at least one token")
+    ids = checks.token_ids(token_ids, vocab, "token_ids", ndim=1)
     E = table[ids]  # (n, d_model): one embedding row per token
     return E + sinusoidal_encoding(len(ids), d_model)  # (n, d_model)
 

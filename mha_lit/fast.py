@@ -2,67 +2,64 @@
 
 Book: chapter 12 "Computing it efficiently".
 
-The reference ``multi_head_attention_reference`` follows the equations head
-by head. This module computes the same Y with four ideas, each a way to do
-less work or to move fewer bytes:
+The reference ``multi_head_attention_reference`` follows the equations
+head by head. This module computes the same Y with chapter 3's kernel
+``attention`` and three ideas, each a way to do less work or to move fewer
+bytes:
 
-1. Fused heads. The 3h projection matrices W_Qi, W_Ki, W_Vi are laid side
-   by side once, so one matrix product projects X for every head at once.
-   It is computed transposed, W_QKV^T X^T, so that each head's Q^T, K^T,
-   V^T is a contiguous block of rows; the scale 1/sqrt(d_k) is folded into
-   the W_Q rows, so the scores need no extra pass.
+1. Fused heads. The projection matrices W_Qi, W_Ki, W_Vi are laid side by
+   side once, so one matrix product projects X for every head at once. It
+   is computed transposed, W_QKV^T X^T, so that each head's Q^T, K^T, V^T
+   is a contiguous block of rows; the scale 1/sqrt(d_k) is folded into the
+   W_Q rows.
 2. Causal block skipping. Queries are taken a block of rows at a time; a
-   causal query block ending at row r1 multiplies only against keys
-   0 .. r1-1. The blocks above the diagonal, which the mask would set to
-   -inf anyway, are never computed: about half the score work.
-3. Softmax in place. Each block of scores is turned into exp(S - max) in
-   its own buffer, and the division by the row sum is applied to H
-   (n x d_v) instead of to S (n x n).
-4. Online softmax for long sequences. When one block of scores would
+   causal query block ending at row r1 meets only keys 0 .. r1-1. The
+   blocks above the diagonal, which the mask would hide anyway, are never
+   computed: about half the score work.
+3. Online softmax for long sequences. When one block of scores would
    exceed a memory limit, the keys are taken a tile at a time with a
    running maximum and a running sum (Milakov and Gimelshein 2018; Rabe
    and Staats 2021; Dao et al. 2022), so memory stays O(n * d) instead of
-   O(h * n^2).
+   O(h * n^2): the one algorithm here other than chapter 3's kernel.
 
-Biases (GPT-2's b_Q, b_K, b_V, b_O; chapter 8, "GPT-2's block, exactly")
-join the fused product as one bias vector, and batches of padded
-sequences (chapter 8, "Batches of sequences") are computed on their real
-tokens only.
-
-Part III: with grouped key/value heads (chapter 14) the g query heads of
-a group are stacked as g*b rows of one product against their shared K and
-V, which are never copied per query head; rotary positions (chapter 15)
-turn Q and K once, right after the projection; a sliding window (chapter
-16) starts each query block's keys w - 1 positions before its first row.
+Every path works from *positions*: a block of queries at positions q_pos
+meets keys at positions k_pos under ``masks.visible``. The forward pass,
+the KV cache of chapters 7 and 12 (whose slots hold keys at their
+positions) and the variants of Part III (a window; grouped key/value
+heads, ``group_queries``) share this one loop, ``attend``.
 
 Letters in shape comments (see ``mha_lit.shapes``): n tokens, d_model,
 d_k, d_v, h heads, h_kv key/value heads, g = h / h_kv, b query rows in a
-block, w keys in a tile, m keys a
-query block looks at, B sequences in a batch, N real tokens in it.
+block, m keys, T keys in a tile, B sequences in a batch, N real tokens.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
-from . import rope
+from . import checks, masks, rope
+from .attention import attention
 from .shapes import Weights
 
-__all__ = ["fused_weights", "fused_biases", "project_heads", "attend_block",
-           "attend_tiled", "choose_sizes", "multi_head_attention_fast",
-           "few_rows_product", "transposed_output_weights",
-           "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES"]
+__all__ = ["few_rows_product", "fused_weights", "fused_biases",
+           "project_heads", "rotate_heads", "output_projection",
+           "group_queries", "attend_block", "attend_tiled", "choose_sizes",
+           "attend", "causal_block_kinds", "multi_head_attention",
+           "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES",
+           "FEW_ROWS", "SKIPPED", "MASKED", "COMPUTED"]
 
 BLOCK_ROWS = 128  # query rows per block when whole key rows are used
 TILE_ROWS = 256  # query rows per block on the online-softmax path
 TILE_KEYS = 512  # keys per tile on the online-softmax path
-# one block's scores (h, b, n) above this -> tiled path
+# one block's scores (h, b, m) above this -> tiled path
 SCORES_LIMIT_BYTES = 32 * 2**20
 # rows of a weight matrix per product in few_rows_product: 256 x 768 float32
 # numbers are 768 KiB, which stay in a core's cache while every row uses them
 PANEL_ROWS = 256
+FEW_ROWS = 64  # up to this many rows, products go through few_rows_product
 
 
 def few_rows_product(W_T: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -78,73 +75,55 @@ def few_rows_product(W_T: np.ndarray, X: np.ndarray) -> np.ndarray:
     """
     if len(X) == 1:
         return (W_T @ X[0])[None]  # (1, n): matrix-vector
-    if not W_T.flags.c_contiguous:
-        raise ValueError(f"few_rows_product needs a C-contiguous W_T, got one "
-                         f"of shape {W_T.shape} with strides {W_T.strides}")
-    X_T = np.ascontiguousarray(X.T)  # (k, B)
-    out = np.empty((W_T.shape[0], len(X)), np.result_type(W_T, X))  # (n, B)
+    X_T = X.T.copy(order="C")  # (k, B), of X's array type (chapter 10)
+    out = np.empty_like(X_T, shape=(W_T.shape[0], len(X)),
+                        dtype=np.result_type(W_T, X))  # (n, B)
     for r0 in range(0, W_T.shape[0], PANEL_ROWS):
         np.matmul(W_T[r0:r0 + PANEL_ROWS], X_T, out=out[r0:r0 + PANEL_ROWS])
     return out.T  # (B, n)
 
 
+# Arrays derived from a Weights, made once and kept while W lives. Weights
+# is frozen (its arrays are read-only copies), so they can never go stale.
+_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _kept(W: Weights, key, make):
+    """``make()``, computed the first time W is asked for ``key``."""
+    kept = _DERIVED.setdefault(W, {})
+    if key not in kept:
+        kept[key] = make()
+    return kept[key]
+
+
+def _read_only(*arrays):
+    for a in arrays:
+        if a is not None:
+            a.flags.writeable = False
+    return arrays
+
+
 def fused_weights(W: Weights, dtype=None) -> tuple[np.ndarray, np.ndarray]:
-    """W_QKV^T ((h + h_kv) d_k + h_kv d_v, d_model), 1/sqrt(d_k) folded in,
-    and W_O.
+    """W_QKV^T ((h + h_kv) d_k + h_kv d_v, d_model) and W_O, in ``dtype``.
 
     Book: chapter 12. Rows 0 .. h*d_k-1 are W_Q1^T/sqrt(d_k), ...,
     W_Qh^T/sqrt(d_k); then the h_kv blocks of W_K^T, then the h_kv blocks
-    of W_V^T (h_kv = h except in grouped-query attention, chapter 14).
-    Computed once per Weights and kept on it (Weights is frozen, so
-    its matrices cannot change under the cached copy); ``dtype`` (default:
-    W's) gives a copy in another float type, also made once and kept.
+    of W_V^T. Made once per Weights and dtype (default: W's), and kept.
     """
     dtype = W.dtype if dtype is None else np.dtype(dtype)
-    if dtype != W.dtype:
-        return _kept_as(W, "_fused_as", dtype, fused_weights(W))
-    cached = W.__dict__.get("_fused")
-    if cached is None:
-        scale = 1.0 / math.sqrt(W.d_k)
+
+    def make():
         W_QKV_T = np.concatenate([
             # (h*d_k, d_model): every head's W_Q^T / sqrt(d_k)
-            (W.W_Q * scale).transpose(0, 2, 1).reshape(-1, W.d_model),
+            (W.W_Q / math.sqrt(W.d_k)).transpose(0, 2, 1).reshape(
+                -1, W.d_model),
             # (h_kv*d_k, d_model): every key head's W_K^T
             W.W_K.transpose(0, 2, 1).reshape(-1, W.d_model),
             # (h_kv*d_v, d_model): every value head's W_V^T
             W.W_V.transpose(0, 2, 1).reshape(-1, W.d_model),
-        ]).astype(W.dtype, copy=False)  # ((h+h_kv) d_k + h_kv d_v, d_model)
-        W_QKV_T.flags.writeable = False
-        cached = (W_QKV_T, W.W_O)
-        object.__setattr__(W, "_fused", cached)
-    return cached
-
-
-def _kept_as(W: Weights, name: str, dtype, arrays: tuple) -> tuple:
-    """``arrays`` converted to ``dtype`` once, and kept on W under ``name``."""
-    kept = W.__dict__.setdefault(name, {})
-    if dtype not in kept:
-        converted = tuple(None if a is None else a.astype(dtype)
-                          for a in arrays)
-        for a in converted:
-            if a is not None:
-                a.flags.writeable = False
-        kept[dtype] = converted
-    return kept[dtype]
-
-
-def transposed_output_weights(W: Weights, dtype=None) -> np.ndarray:
-    """W_O^T (d_model, h*d_v), C-contiguous, for ``few_rows_product``.
-
-    Book: chapter 12, "Prefill, then one token at a time". Made once per
-    Weights and dtype, and kept on W.
-    """
-    dtype = W.dtype if dtype is None else np.dtype(dtype)
-    kept = W.__dict__.setdefault("_W_O_T", {})
-    if dtype not in kept:
-        W_O_T = np.ascontiguousarray(W.W_O.T, dtype=dtype)
-        W_O_T.flags.writeable = False
-        kept[dtype] = W_O_T
-    return kept[dtype]
+        ]).astype(dtype)  # ((h+h_kv) d_k + h_kv d_v, d_model)
+        return _read_only(W_QKV_T, W.W_O.astype(dtype, copy=False))
+    return _kept(W, ("fused", dtype), make)
 
 
 def fused_biases(W: Weights, dtype=None) -> tuple[np.ndarray | None,
@@ -153,264 +132,282 @@ def fused_biases(W: Weights, dtype=None) -> tuple[np.ndarray | None,
 
     Book: chapter 8, "GPT-2's block, exactly". Entry r of b_QKV is the
     bias of row r of W_QKV^T X^T: b_Q1/sqrt(d_k), ..., b_Qh/sqrt(d_k), then
-    every head's b_K, then every head's b_V (zeros for a bias that is
-    None). Returns (None, None) when W has no biases. Kept on W.
+    every head's b_K, then every head's b_V. (None, None) when W has no
+    biases. Kept on W, as ``fused_weights``.
     """
     if not W.has_biases:
         return None, None
     dtype = W.dtype if dtype is None else np.dtype(dtype)
-    if dtype != W.dtype:
-        return _kept_as(W, "_fused_biases_as", dtype, fused_biases(W))
-    cached = W.__dict__.get("_fused_biases")
-    if cached is None:
-        scale = 1.0 / math.sqrt(W.d_k)
+
+    def make():
         b_QKV = np.concatenate([
-            (W.bias("b_Q") * scale).reshape(-1),  # (h*d_k,)
+            (W.bias("b_Q") / math.sqrt(W.d_k)).reshape(-1),  # (h*d_k,)
             W.bias("b_K").reshape(-1),  # (h_kv*d_k,)
             W.bias("b_V").reshape(-1),  # (h_kv*d_v,)
-        ]).astype(W.dtype, copy=False)  # ((h+h_kv) d_k + h_kv d_v,)
-        b_QKV.flags.writeable = False
-        cached = (b_QKV, W.bias("b_O"))
-        object.__setattr__(W, "_fused_biases", cached)
-    return cached
+        ]).astype(dtype)  # ((h+h_kv) d_k + h_kv d_v,)
+        return _read_only(b_QKV, W.bias("b_O").astype(dtype, copy=False))
+    return _kept(W, ("fused biases", dtype), make)
 
 
-def project_heads(X: np.ndarray, W: Weights, positions=None,
-                  rope_base: float | None = None):
+def _product(W_T: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """W_T @ X.T (n, rows) for rows X (rows, k), few rows or many."""
+    if len(X) <= FEW_ROWS:  # weights streamed once for all rows
+        return few_rows_product(W_T, X).T  # (n, rows)
+    return W_T @ X.T  # (n, k) @ (k, rows) -> (n, rows)
+
+
+def project_heads(X: np.ndarray, W: Weights):
     """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product.
 
-    Book: chapter 12. Returns Q_T (h, d_k, n), K_T (h_kv, d_k, n),
-    V_T (h_kv, d_v, n): views into one contiguous array, each head's block
-    contiguous, so no copy is needed to split the heads. Biases, if W has
-    them, are added to the product's rows (chapter 8). With ``rope_base``
-    every head's Q and K are rotated by ``positions`` (n,), the position
-    of each row (Part III, chapter 15), in place.
+    Book: chapter 12. X is (n, d_model); returns Q_T (h, d_k, n),
+    K_T (h_kv, d_k, n), V_T (h_kv, d_v, n): views into one contiguous
+    array, each head's block contiguous, so no copy is needed to split the
+    heads. Biases, if W has them, are added to the product's rows
+    (chapter 8).
     """
-    W_QKV_T, _ = fused_weights(W, X.dtype)  # in X's dtype, converted once
+    W_QKV_T, _ = fused_weights(W, X.dtype)  # in X's dtype, made once
     b_QKV, _ = fused_biases(W, X.dtype)
     h, h_kv, d_k, d_v = W.heads, W.kv_heads, W.d_k, W.d_v
-    n = X.shape[0]
-    QKV_T = W_QKV_T @ X.T  # ((h+h_kv) d_k + h_kv d_v, n)
+    QKV_T = _product(W_QKV_T, X)  # ((h+h_kv) d_k + h_kv d_v, n)
     if b_QKV is not None:  # one bias per row, the same for every token
-        QKV_T += b_QKV[:, None]  # (.., n)
+        QKV_T = QKV_T + b_QKV[:, None]  # (.., n)
+    n = X.shape[0]
     k0, v0 = h * d_k, (h + h_kv) * d_k  # where K's and V's rows start
     Q_T = QKV_T[:k0].reshape(h, d_k, n)  # (h, d_k, n)
     K_T = QKV_T[k0:v0].reshape(h_kv, d_k, n)  # (h_kv, d_k, n)
     V_T = QKV_T[v0:].reshape(h_kv, d_v, n)  # (h_kv, d_v, n)
-    if rope_base is not None:  # chapter 15: turn each row by its position
-        for A in (Q_T, K_T):  # rotate() takes rows (.., n, d_k)
-            A[...] = rope.rotate(A.transpose(0, 2, 1), positions,
-                                 rope_base).transpose(0, 2, 1)
     return Q_T, K_T, V_T
 
 
-def _mask_later_keys(S: np.ndarray, r0: int, c0: int,
-                     window: int | None = None) -> None:
-    """Set S[..., i, j] to -inf where key c0 + j comes after query r0 + i.
+def rotate_heads(A_T: np.ndarray, positions, rope_base: float) -> None:
+    """Turn every head's rows of A_T (heads, d_k, n) by their positions.
 
-    With ``window`` w also where it comes w or more positions before it
-    (Part III, chapter 16). Works in place on the last two axes.
+    Book: Part III, chapter 15. In place, right after the projection and
+    before any score: RoPE is a step before the kernel, not inside it.
     """
-    b, w = S.shape[-2:]
-    keys = np.arange(c0, c0 + w)[None, :]  # (1, w)
-    queries = np.arange(r0, r0 + b)[:, None]  # (b, 1)
-    hidden = keys > queries  # (b, w)
-    if window is not None:
-        hidden |= keys <= queries - window  # (b, w)
-    if hidden.any():
-        S[..., hidden] = -np.inf  # (.., b, w)
+    A_T[...] = rope.rotate(A_T.transpose(0, 2, 1), positions,
+                           rope_base).transpose(0, 2, 1)  # (heads, d_k, n)
 
 
-def _grouped_queries(Q: np.ndarray, h_kv: int) -> np.ndarray:
-    """Q (h, b, d_k) as (h_kv, g*b, d_k): each group's queries as rows.
+def output_projection(concat: np.ndarray, W: Weights) -> np.ndarray:
+    """Concat (N, h*d_v) @ W_O (+ b_O) -> (N, d_model). Book: chapter 12."""
+    _, W_O = fused_weights(W, concat.dtype)
+    _, b_O = fused_biases(W, concat.dtype)
+    if len(concat) <= FEW_ROWS:
+        W_O_T = _kept(W, ("W_O^T", concat.dtype),
+                      lambda: _read_only(np.ascontiguousarray(W_O.T))[0])
+        Y = few_rows_product(W_O_T, concat)  # (N, d_model)
+    else:
+        Y = concat @ W_O  # (N, h*d_v) @ (h*d_v, d_model)
+    return Y if b_O is None else Y + b_O  # (N, d_model)
+
+
+def group_queries(Q: np.ndarray, kv_heads: int) -> np.ndarray:
+    """Q (.., h, b, d_k) as (.., h_kv, g*b, d_k): a group's queries as rows.
 
     Book: Part III, chapter 14. The g query heads sharing one K/V head are
     stacked, so one product per K/V head computes all their scores and K
     and V are never repeated. Without groups (g = 1), Q as it is.
     """
-    h, b, d_k = Q.shape
-    if h == h_kv:
-        return Q  # (h, b, d_k)
-    return Q.reshape(h_kv, (h // h_kv) * b, d_k)  # (h_kv, g*b, d_k)
+    *lead, h, b, d_k = Q.shape
+    if h == kv_heads:
+        return Q  # (.., h, b, d_k)
+    return Q.reshape(*lead, kv_heads, (h // kv_heads) * b, d_k)
 
 
-def _exp_shifted_inplace(S: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """S <- exp(S - m) in S's own memory; returns the row sums (h, b, 1)."""
-    np.subtract(S, m, out=S)  # (h, b, w), every entry <= 0 or -inf
-    np.exp(S, out=S)  # (h, b, w), exp(-inf) = 0
-    return S.sum(axis=-1, keepdims=True)  # (h, b, 1)
+def attend_block(Q, K, V, mask) -> np.ndarray:
+    """Every head's H for one block of queries: chapter 3's kernel.
 
-
-def attend_block(Q_T, K_T, V_T, r0: int, r1: int,
-                 causal: bool, q0: int = 0,
-                 window: int | None = None) -> np.ndarray:
-    """Rows r0 .. r1-1 of every head's H = softmax(mask(Q K^T)) V.
-
-    Book: chapter 12. With ``causal`` the block looks only at keys
-    0 .. r1-1: the key blocks to the right of the diagonal are skipped, and
-    only the diagonal square is masked. Q_T's first column is the query of
-    position ``q0`` (a KV cache's prefill sends only the new queries).
-    K_T and V_T may have h_kv < h heads (chapter 14); with ``window`` w the
-    block looks at keys r0 - w + 1 .. r1 - 1 only (chapter 16).
-    Returns H (h, b, d_v).
+    Book: chapter 12, "Skipping the masked blocks". Q (.., h, b, d_k) are
+    the block's queries, already scaled; K (.., h_kv, m, d_k) and
+    V (.., h_kv, m, d_v) the keys the block meets; ``mask`` (.., b, m),
+    or None when every query sees every key. Returns H (.., h, b, d_v).
     """
-    assert q0 <= r0 < r1 <= q0 + Q_T.shape[2], (q0, r0, r1, Q_T.shape)
-    m = r1 if causal else K_T.shape[2]
-    c0 = 0 if window is None else max(0, r0 - window + 1)  # first key
-    Q = Q_T[:, :, r0 - q0:r1 - q0].transpose(0, 2, 1)  # (h, b, d_k), a view
-    h, b = Q.shape[:2]
-    h_kv = K_T.shape[0]
-    # (h_kv, g*b, d_k) @ (h_kv, d_k, m) -> (h_kv, g*b, m), already scaled
-    S = _grouped_queries(Q, h_kv) @ K_T[:, :, c0:m]  # (h_kv, g*b, m - c0)
-    S4 = S.reshape(h_kv, h // h_kv, b, m - c0)  # (h_kv, g, b, m - c0), view
-    if window is not None:  # the band: mask the whole block
-        _mask_later_keys(S4, r0, c0, window)
-    elif causal:
-        # only the diagonal square needs the mask
-        _mask_later_keys(S4[..., r0:], r0, r0)  # (h_kv, g, b, b)
-    # S <- exp(S - max)
-    ell = _exp_shifted_inplace(S, S.max(axis=-1, keepdims=True))  # (.., 1)
-    # (h_kv, g*b, m) @ (h_kv, m, d_v) -> (h_kv, g*b, d_v)
-    H = S @ V_T[:, :, c0:m].transpose(0, 2, 1)  # (h_kv, g*b, d_v)
-    H /= ell  # divide the (b, d_v) result, not the (b, m) scores
-    return H.reshape(h, b, -1)  # (h, b, d_v)
+    h_kv = K.shape[-3]
+    g = Q.shape[-3] // h_kv  # query heads per K/V head (chapter 14)
+    if mask is not None:  # (.., 1, g*b, m): the same for every K/V head
+        mask = np.concatenate([mask] * g, axis=-2)[..., None, :, :]
+    H = attention(group_queries(Q, h_kv), K, V, mask, scale=1.0)
+    return H.reshape(Q.shape[:-1] + V.shape[-1:])  # (.., h, b, d_v)
 
 
-def attend_tiled(Q_T, K_T, V_T, r0: int, r1: int, causal: bool,
-                 tile: int, q0: int = 0,
-                 window: int | None = None) -> np.ndarray:
-    """The same H rows as ``attend_block``, with an online softmax.
+def attend_tiled(Q, K, V, mask_of, tile: int) -> np.ndarray:
+    """The same H as ``attend_block``, with an online softmax.
 
     Book: chapter 12, "Online softmax". Keys are taken ``tile`` at a time.
     A running maximum mx, running sum ell and running unnormalised output
     acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
     no row of scores longer than ``tile`` ever exists. They are kept in at
     least float32, as FlashAttention keeps them, so that float16 inputs do
-    not accumulate in float16. Grouped K/V heads and ``window`` as in
-    ``attend_block`` (Part III, chapters 14 and 16). Returns H (h, b, d_v)
-    in the input's dtype.
+    not accumulate in float16. ``mask_of(c0, c1)`` gives the mask (.., b,
+    c1 - c0) of keys c0 .. c1-1, or None. Returns H (.., h, b, d_v).
     """
-    assert q0 <= r0 < r1 <= q0 + Q_T.shape[2], (q0, r0, r1, Q_T.shape)
-    m = r1 if causal else K_T.shape[2]
-    first = 0 if window is None else max(0, r0 - window + 1)  # first key
-    Q = Q_T[:, :, r0 - q0:r1 - q0].transpose(0, 2, 1)  # (h, b, d_k)
-    h, b, d_v = Q.shape[0], Q.shape[1], V_T.shape[1]
-    h_kv = K_T.shape[0]
-    Qg = _grouped_queries(Q, h_kv)  # (h_kv, g*b, d_k)
+    h_kv = K.shape[-3]
+    g = Q.shape[-3] // h_kv
+    Qg = group_queries(Q, h_kv)  # (.., h_kv, g*b, d_k)
     dtype = np.promote_types(Q.dtype, np.float32)  # of the running values
-    mx = np.full((h_kv, len(Qg[0]), 1), -np.inf, dtype)  # running maxima
+    mx = np.full(Qg.shape[:-1] + (1,), -np.inf, dtype)  # running maxima
     ell = np.zeros(mx.shape, dtype)  # running sums of exp(S - mx)
-    acc = np.zeros((h_kv, len(Qg[0]), d_v), dtype)  # sum of exp(S - mx) V
-    for c0 in range(first, m, tile):
-        c1 = min(c0 + tile, m)
-        # (h_kv, g*b, w), in float32 at least
-        S = (Qg @ K_T[:, :, c0:c1]).astype(dtype, copy=False)
-        if window is not None or (causal and c1 - 1 > r0):
-            _mask_later_keys(S.reshape(h_kv, h // h_kv, b, c1 - c0), r0, c0,
-                             window)
-        # a row may see no key of this tile yet (a window): keep it finite
+    acc = np.zeros(Qg.shape[:-1] + V.shape[-1:], dtype)  # sum exp(S - mx) V
+    for c0 in range(0, K.shape[-2], tile):
+        c1 = min(c0 + tile, K.shape[-2])
+        # (.., h_kv, g*b, T), in float32 at least
+        S = (Qg @ np.swapaxes(K[..., c0:c1, :], -1, -2)).astype(dtype)
+        mask = mask_of(c0, c1)  # (.., b, T) or None
+        if mask is not None:  # (.., 1, g*b, T): the same for every K/V head
+            mask = np.concatenate([mask] * g, axis=-2)[..., None, :, :]
+            np.copyto(S, -np.inf, where=~mask)  # (.., h_kv, g*b, T)
+        # a row may see no key of this tile yet: keep it finite
         mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (.., 1)
         shift = np.where(np.isneginf(mx_new), 0.0, mx_new)  # (.., 1)
-        # rescales what was summed so far
-        alpha = np.exp(mx - shift)  # (h_kv, g*b, 1)
-        ell = ell * alpha + _exp_shifted_inplace(S, shift)  # (.., 1)
-        V = V_T[:, :, c0:c1].transpose(0, 2, 1)  # (h_kv, w, d_v)
-        acc = acc * alpha + S @ V.astype(dtype, copy=False)  # (.., d_v)
+        alpha = np.exp(mx - shift)  # rescales what was summed so far
+        np.exp(S - shift, out=S)  # (.., h_kv, g*b, T), exp(-inf) = 0
+        ell = ell * alpha + S.sum(axis=-1, keepdims=True)  # (.., 1)
+        acc = acc * alpha + S @ V[..., c0:c1, :].astype(dtype)  # (.., d_v)
         mx = mx_new
-    H = (acc / ell).astype(Q.dtype, copy=False)  # (h_kv, g*b, d_v)
-    return H.reshape(h, b, d_v)  # (h, b, d_v)
+    H = (acc / ell).astype(Q.dtype, copy=False)  # (.., h_kv, g*b, d_v)
+    return H.reshape(Q.shape[:-1] + V.shape[-1:])  # (.., h, b, d_v)
 
 
-def choose_sizes(n: int, W: Weights, itemsize: int, block: int | None,
-                 tile: int | None):
-    """(block, tile) for n tokens: tile None means whole key rows.
+def choose_sizes(n: int, m: int, W: Weights, itemsize: int,
+                 block: int | None = None, tile: int | None = None, *,
+                 stack: int = 1):
+    """(block, tile) for n queries meeting m keys: tile None = whole rows.
 
     Book: chapter 12. Whole key rows while one block's scores
-    (h, block, n) fit in SCORES_LIMIT_BYTES; past that the online-softmax
-    path, TILE_ROWS queries by TILE_KEYS keys at a time. Sizes given are
-    kept.
+    (stack, h, block, m) fit in SCORES_LIMIT_BYTES, ``stack`` sequences
+    side by side; past that the online-softmax path, TILE_ROWS queries by
+    TILE_KEYS keys at a time. Sizes given are kept.
     """
-    for name, size in (("block", block), ("tile", tile)):
-        if size is not None and (isinstance(size, bool)
-                                 or not isinstance(size, int) or size < 1):
-            raise ValueError(
-                f"{name} must be a positive integer, got {size!r}")
+    rows = min(block or BLOCK_ROWS, n)  # query rows in one block
     if (tile is None
-            and W.heads * (block or BLOCK_ROWS) * n * itemsize
-            > SCORES_LIMIT_BYTES):
+            and stack * W.heads * rows * m * itemsize > SCORES_LIMIT_BYTES):
         return block or TILE_ROWS, TILE_KEYS
     return block or BLOCK_ROWS, tile
 
 
-def multi_head_attention_fast(X: np.ndarray, W: Weights,
-                              causal: bool = True, *,
-                              key_mask: np.ndarray | None = None,
-                              block: int | None = None,
-                              tile: int | None = None,
-                              rope_base: float | None = None,
-                              window: int | None = None) -> np.ndarray:
-    """Y = Concat(H_1, ..., H_h) W_O, computed fast. Book: chapter 12.
+def attend(Q, K, V, q_pos, k_pos, seen=None, *, in_order: bool = True,
+           block: int = BLOCK_ROWS, tile: int | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
+    """H (.., h, n, d_v) for queries at q_pos against keys at k_pos.
 
-    X must already be checked (``check_input``, ``check_key_mask``) and in
-    the dtype to compute in. Queries go ``block`` rows at a time;
-    ``tile=None`` lets ``choose_sizes`` pick whole key rows or the online
-    softmax; an integer ``tile`` forces the online softmax with that many
-    keys per tile. Biases of W are added (chapter 8).
+    Book: chapter 12, "Skipping the masked blocks". Q (.., h, n, d_k),
+    already scaled, K (.., h_kv, m, d_k), V (.., h_kv, m, d_v); q_pos
+    (.., n) and k_pos (.., m) are positions (-1: an empty cache slot).
+    ``seen(q_pos, k_pos)`` is the rule that makes the mask
+    (``masks.visible`` for causal attention); None: every key.
 
-    X may be a batch (B, n, d_model) with ``key_mask`` (B, n), True where a
-    token is real (Book: chapter 8, "Batches of sequences"). Padding is
-    dropped first: the real tokens of all sequences are projected in one
-    product, each sequence's real tokens attend among themselves, in
-    order, and padded output rows are 0. That is the masked computation
-    exactly: a padded key's weight would be exp(-inf) = 0.
-
-    Part III (validated by ``attention.check_variants``): grouped K/V
-    heads (chapter 14), ``rope_base`` (chapter 15; a token's position is
-    the number of real tokens before it in its sequence) and ``window``
-    (chapter 16).
+    Queries go ``block`` rows at a time, in order of position. When key j
+    stands at position j (``in_order``), a block meets only the keys from
+    the first its first query may see to its last query: for causal
+    attention the key blocks right of the diagonal are never computed.
+    ``tile`` (an int) takes the online-softmax path, that many keys at a
+    time. ``out``: an array (.., h, n, d_v) to write H into (a view of
+    Concat, say).
     """
-    n = X.shape[-2]
-    block, tile = choose_sizes(n, W, X.itemsize, block, tile)
-    rows, spans = _real_rows(X, key_mask)  # (N, d_model)
-    positions = None
-    if rope_base is not None:  # 0, 1, ... within each sequence
-        positions = np.concatenate([np.arange(s1 - s0) for s0, s1 in spans])
-    # (h, d_k, N), (h_kv, d_k, N), (h_kv, d_v, N)
-    Q_T, K_T, V_T = project_heads(rows, W, positions, rope_base)
-    # Concat(H_1..H_h), filled by rows
-    concat = np.empty((len(rows), W.heads, W.d_v), X.dtype)  # (N, h, d_v)
-    for s0, s1 in spans:  # one sequence at a time: views, no copies
-        _attend_sequence(Q_T[:, :, s0:s1], K_T[:, :, s0:s1],
-                         V_T[:, :, s0:s1], causal, block, tile,
-                         concat[s0:s1], window=window)
-    _, W_O = fused_weights(W, X.dtype)
-    _, b_O = fused_biases(W, X.dtype)
-    Y = (concat.reshape(len(rows), W.heads * W.d_v)  # (N, h*d_v)
-         @ W_O)  # (h*d_v, d_model)
-    if b_O is not None:
-        Y += b_O  # (N, d_model)
-    return _padded_rows(Y, X, key_mask)  # shape of X
-
-
-def _attend_sequence(Q_T, K_T, V_T, causal: bool, block: int,
-                     tile: int | None, concat: np.ndarray,
-                     q0: int = 0, window: int | None = None) -> None:
-    """Fill concat (m, h, d_v) with one sequence's Concat rows.
-
-    Book: chapter 12. ``block`` query rows at a time, whole key rows
-    (``tile`` None) or the online softmax. Q_T (h, d_k, m) holds the
-    queries of positions q0 .. q0+m-1, K_T and V_T every key up to them.
-    """
-    n = q0 + Q_T.shape[2]
-    for r0 in range(q0, n, block):
+    n, m = Q.shape[-2], K.shape[-2]
+    H = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype) if out is None else out
+    for r0 in range(0, n, block):
         r1 = min(r0 + block, n)
-        if tile is None:
-            H = attend_block(Q_T, K_T, V_T, r0, r1, causal,
-                             q0=q0, window=window)  # (h, b, d_v)
-        else:
-            H = attend_tiled(Q_T, K_T, V_T, r0, r1, causal, tile,
-                             q0=q0, window=window)  # (h, b, d_v)
-        concat[r0 - q0:r1 - q0] = H.transpose(1, 0, 2)  # (b, h, d_v)
+        qp = q_pos[..., r0:r1]  # (.., b): the block's positions
+        c0, c1 = 0, m  # the keys the block meets
+        if seen is not None and in_order:
+            c1 = min(m, int(qp.max()) + 1)  # no key after the last query
+            # the block's first query sees the earliest key any of them sees
+            first = seen(qp[..., :1], k_pos[..., :c1])  # (.., 1, c1)
+            c0 = int(np.argmax(first.reshape(-1, c1).any(axis=0)))
+        Kb, Vb, kp = K[..., c0:c1, :], V[..., c0:c1, :], k_pos[..., c0:c1]
+        if tile is None:  # whole key rows: chapter 3's kernel
+            mask = None if seen is None else seen(qp, kp)  # (.., b, m)
+            H[..., r0:r1, :] = attend_block(Q[..., r0:r1, :], Kb, Vb, mask)
+        else:  # the online softmax, a tile of keys at a time
+            def mask_of(t0, t1, qp=qp, kp=kp):
+                return None if seen is None else seen(qp, kp[..., t0:t1])
+            H[..., r0:r1, :] = attend_tiled(Q[..., r0:r1, :], Kb, Vb,
+                                            mask_of, tile)
+    return H
+
+
+SKIPPED, MASKED, COMPUTED = 0, 1, 2  # kinds of score block, chapter 12
+
+
+def causal_block_kinds(n: int, block: int | None = None) -> np.ndarray:
+    """Which (query block, key block) of S a causal blocked pass computes.
+
+    Book: chapter 12, "Skipping the masked blocks". Blocks of ``block``
+    rows (default BLOCK_ROWS) both ways; the query rows r0 .. r1-1 meet
+    keys 0 .. r1-1 only, as in ``attend``. Returns (k, k) of COMPUTED,
+    MASKED (computed, then partly masked) or SKIPPED, k = ceil(n / block).
+    """
+    n = checks.positive_int(n, "n")
+    block = checks.positive_int(BLOCK_ROWS if block is None else block,
+                                "block")
+    starts = np.arange(0, n, block)  # (k,): first row of each block
+    last = np.minimum(starts + block, n) - 1  # (k,): last row of each block
+    met = starts[None, :] <= last[:, None]  # (k, k): key block j is met
+    masked = met & (last[None, :] > starts[:, None])  # straddles diagonal
+    return np.where(masked, MASKED, np.where(met, COMPUTED, SKIPPED))
+
+
+def multi_head_attention(X, W: Weights, causal: bool = True, *,
+                         key_mask=None, rope_base=None,
+                         window=None) -> np.ndarray:
+    """Multi-head attention: X (n, d_model) -> Y (n, d_model), computed fast.
+
+    Book: chapters 4 and 5; computed as chapter 12 ("Computing it
+    efficiently") computes it, equal to ``variants.reference`` up to
+    rounding. The output has X's floating dtype, computed in the wider of
+    X's and W's. Biases of W are added as GPT-2 adds them (chapter 8).
+    X may be a batch (B, n, d_model), and ``key_mask`` ((n,) or (B, n),
+    True = real token) hides padded tokens; a padded query's output row
+    is 0 (chapter 8, "Batches of sequences").
+
+    Part III: grouped key/value heads (W.kv_heads < W.heads, chapter 14),
+    ``rope_base`` for rotary positions (chapter 15; a token's position is
+    the number of real tokens before it) and ``window`` for a sliding
+    window (chapter 16).
+    """
+    X = checks.input_rows(X, W)
+    key_mask = checks.key_mask(key_mask, X.shape[:-1], of=f"X {X.shape}")
+    rope_base = checks.rotary_base(rope_base, W)
+    window = checks.window(window, causal)
+    Y = multi_head_attention_fast(
+        X.astype(np.result_type(X, W.dtype), copy=False), W, causal,
+        key_mask=key_mask, rope_base=rope_base, window=window)
+    return Y.astype(X.dtype, copy=False)  # shape of X
+
+
+def multi_head_attention_fast(X: np.ndarray, W: Weights,
+                              causal: bool = True, *, key_mask=None,
+                              rope_base=None, window=None,
+                              block: int | None = None,
+                              tile: int | None = None) -> np.ndarray:
+    """Y = Concat(H_1, ..., H_h) W_O (+ b_O), computed fast. Book: ch. 12.
+
+    X must already be checked and in the dtype to compute in (as
+    ``multi_head_attention`` does). Padding is dropped first: the real
+    tokens of all sequences are projected in one product, each sequence's
+    real tokens attend among themselves, and padded output rows are 0.
+    ``block`` and ``tile`` as in ``attend`` (None: ``choose_sizes``).
+    """
+    rows, spans = _real_rows(X, key_mask)  # (N, d_model)
+    Q_T, K_T, V_T = project_heads(rows, W)  # (h, d_k, N), (h_kv, d, N)
+    # 0, 1, ... within each sequence
+    positions = np.concatenate([np.arange(s1 - s0) for s0, s1 in spans])
+    if rope_base is not None:  # chapter 15: turned before any score
+        rotate_heads(Q_T, positions, rope_base)
+        rotate_heads(K_T, positions, rope_base)
+    Q, K, V = (A.transpose(0, 2, 1) for A in (Q_T, K_T, V_T))  # (.., N, d)
+    seen = masks.rule(causal, window)  # which keys a query sees
+    concat = np.empty((len(rows), W.heads, W.d_v), rows.dtype)  # (N, h, d_v)
+    for s0, s1 in spans:  # one sequence at a time: views, no copies
+        b, t = choose_sizes(s1 - s0, s1 - s0, W, rows.itemsize, block, tile)
+        p = positions[s0:s1]  # (n,)
+        attend(Q[:, s0:s1], K[:, s0:s1], V[:, s0:s1], p, p, seen, block=b,
+               tile=t, out=concat[s0:s1].transpose(1, 0, 2))  # (h, n, d_v)
+    concat = concat.reshape(len(rows), W.heads * W.d_v)  # (N, h*d_v)
+    Y = output_projection(concat, W)  # (N, d_model)
+    return _padded_rows(Y, X, key_mask)  # shape of X
 
 
 def _real_rows(X: np.ndarray, key_mask: np.ndarray | None):
@@ -436,10 +433,7 @@ def _real_rows(X: np.ndarray, key_mask: np.ndarray | None):
 
 def _padded_rows(Y: np.ndarray, X: np.ndarray,
                  key_mask: np.ndarray | None) -> np.ndarray:
-    """Y's rows (N, d_model) put back in X's shape; padded rows are 0.
-
-    Book: chapter 8, "Batches of sequences".
-    """
+    """Y's rows (N, d_model) put back in X's shape; padded rows are 0."""
     if key_mask is None:
         return Y.reshape(X.shape)  # (n, d_model) or (B, n, d_model)
     out = np.zeros(X.shape, Y.dtype)  # (.., n, d_model)

@@ -8,33 +8,25 @@ chapters 14, 15 and 16.
 When a row x is appended to X, rows 1..n of every intermediate stay as
 they were (chapter 6), so only the new row must be computed. Its query q
 is used once and dropped; its key and value rows are kept, because every
-later token will look at them.
+later token will look at them. The cache only stores: every score and
+weight is computed by chapter 3's ``attention``, through the fast path's
+``fast.attend``, which works from the positions of queries and keys.
 
-Letters in shape comments: n rows cached so far, cap the buffer capacity
+Letters in shape comments (see ``mha_lit.shapes``): n rows held, c new
+rows per sequence, N new real rows in all, cap the buffer capacity
 (>= n, or the window w), d_model, d_k, d_v, h heads, h_kv key/value
-heads, g = h / h_kv.
+heads, B sequences in a batch.
 """
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from . import rope
-from .attention import check_variants
-from .fast import (
-    _attend_sequence,
-    choose_sizes,
-    few_rows_product,
-    fused_biases,
-    fused_weights,
-    project_heads,
-    transposed_output_weights,
-)
-from .shapes import Weights, as_float_array
+from . import checks, fast, masks
+from .shapes import Weights
 
-__all__ = ["KVCache", "step_multiply_adds", "recompute_multiply_adds"]
+__all__ = ["KVCache", "step_multiply_adds", "recompute_multiply_adds",
+           "products"]
 
 
 class KVCache:
@@ -44,68 +36,55 @@ class KVCache:
     batches). ``cache.step(x)`` takes one new input row x (d_model,) and
     returns its output row y (d_model,), equal to the last row of
     ``multi_head_attention`` on all rows seen so far. A step costs
-    O(n * d) multiply-adds: one product of x with every head's fused
-    W_Q, W_K, W_V, one dot product per cached key and one weighted sum of
-    cached values per head, and W_O; nothing earlier is recomputed.
+    O(n * d) multiply-adds: the new row's q, k, v, one score per cached
+    key, one weighted sum of cached values per head, and W_O.
 
     ``cache.extend(X)`` appends a block of rows X (m, d_model) at once, as a
     prompt is *prefilled*: one matrix product projects all m rows, and the
-    m new queries attend to the cached keys and to each other (causally)
-    with the matrix products of chapter 12's fast path. Its outputs are the
-    last m rows of ``multi_head_attention`` on everything seen.
+    m new queries attend to the cached keys and to each other (causally).
+    Its outputs are the last m rows of ``multi_head_attention`` on
+    everything seen. ``step`` is ``extend`` with one row.
 
     ``KVCache(W, batch=B)`` keeps B sequences side by side: ``step`` takes
     (B, d_model) and ``extend`` (B, m, d_model), with an optional
     ``key_mask`` (B, m), True for real tokens, for prompts of different
-    lengths (padded rows are not cached; their outputs are 0). The weights
-    are read once for all B sequences; every sequence has its own keys and
-    values.
+    lengths (padded rows are not cached; their outputs are 0).
 
     Dtypes follow ``multi_head_attention``: computed in the wider of the
     input's and W's float types, returned in the input's. Keys and values
     live in buffers that double when full (amortised O(1) append). A refused
-    input (wrong shape, NaN, bad mask) leaves the cache exactly as it was.
-    Biases of W are added as in ``multi_head_attention`` (chapter 8).
+    input leaves the cache exactly as it was.
 
     Part III. With grouped key/value heads (W.kv_heads < W.heads) only the
     h_kv heads are cached (chapter 14). With ``rope_base`` every key is
-    stored already rotated by its own position, which is fixed when it
-    arrives (chapter 15). With ``window`` w the buffers never hold more than
-    w rows: the row of position p lives in slot p % w, a ring buffer, so
-    memory stops growing with the context (chapter 16); ``held`` says how
-    many rows are kept, ``len`` how many positions were seen.
+    stored already rotated by its own position (chapter 15). With
+    ``window`` w the buffers never hold more than w rows: the row of
+    position p lives in slot p % w, a ring buffer (chapter 16); ``held``
+    says how many rows are kept, ``len`` how many positions were seen.
     """
 
     def __init__(self, W: Weights, capacity: int = 16, *,
                  batch: int | None = None, rope_base=None,
                  window: int | None = None):
-        if not isinstance(W, Weights):
-            raise TypeError(
-                f"KVCache needs mha_lit.Weights, got {type(W).__name__}")
-        self.rope_base, self.window = check_variants(W, True, rope_base,
-                                                     window)
-        for name, value in (("capacity", capacity), ("batch", batch)):
-            if value is None and name == "batch":
-                continue
-            if (isinstance(value, bool)
-                    or not isinstance(value, numbers.Integral) or value < 1):
-                raise ValueError(
-                    f"{name} must be a positive integer, got {value!r}")
-        capacity = int(capacity)
+        self.W = checks.weights(W, "KVCache")
+        self.rope_base = checks.rotary_base(rope_base, W)
+        self.window = checks.window(window)
+        self._seen = masks.rule(True, self.window)  # which keys a query sees
+        capacity = checks.positive_int(capacity, "capacity")
+        self.batch = None if batch is None else checks.positive_int(
+            batch, "batch")
         if self.window is not None:  # a ring of w rows at most
             capacity = min(capacity, self.window)
-        batch = None if batch is None else int(batch)
-        self.W = W
-        self.batch = batch
-        B = 1 if batch is None else batch
-        # rows cached, per sequence
-        self._lengths = np.zeros(B, dtype=np.int64)
-        # zeros, not empty: a shorter sequence's unused rows take part in
-        # a batched product with weight exactly 0
+        B = 1 if batch is None else self.batch
+        self._lengths = np.zeros(B, dtype=np.int64)  # positions seen
+        # zeros, not empty: an unused slot takes part in a batched product
+        # with weight exactly 0
         self._K = np.zeros((B, W.kv_heads, capacity, W.d_k),
                            dtype=W.dtype)  # (B, h_kv, cap, d_k)
         self._V = np.zeros((B, W.kv_heads, capacity, W.d_v),
                            dtype=W.dtype)  # (B, h_kv, cap, d_v)
+        # the position whose key and value each slot holds; -1: empty
+        self._at = np.full((B, capacity), -1, dtype=np.int64)  # (B, cap)
 
     # --- what is cached -------------------------------------------------
 
@@ -115,7 +94,7 @@ class KVCache:
 
     @property
     def lengths(self) -> np.ndarray:
-        """Rows cached for each sequence, (B,) (a copy)."""
+        """Rows seen for each sequence, (B,) (a copy)."""
         return self._lengths.copy()
 
     @property
@@ -129,20 +108,20 @@ class KVCache:
 
     @property
     def capacity(self) -> int:
-        """Rows the buffers can hold now, per sequence (they grow by
-        doubling, and never past the window)."""
+        """Rows the buffers hold now, per sequence (they double when full,
+        and never grow past the window)."""
         return self._K.shape[2]
 
     def _in_order(self, buf: np.ndarray) -> np.ndarray:
-        """The held rows of ``buf`` (B, h_kv, cap, d) by position: oldest
-        first, each sequence's last ``held`` positions (zeros before its
-        first); a view without a window."""
+        """The held rows of ``buf`` (B, h_kv, cap, d) in position order: the
+        first ``held`` positions (0 past a sequence's length), or with a
+        window each sequence's last ``held`` (0 before its first)."""
         n = self.held
-        if self.window is None:
-            return buf[:, :, :n]  # (B, h_kv, n, d)
-        # position of row j of sequence b: L[b] - n + j; slot: that mod w
+        if self.window is None:  # slot j holds position j; 0 past a length
+            return buf[:, :, :n].copy()  # (B, h_kv, n, d)
+        # position of row j of sequence b: L[b] - n + j
         pos = self._lengths[:, None] - n + np.arange(n)[None, :]  # (B, n)
-        slots = np.where(pos < 0, 0, pos % self.window)  # (B, n)
+        slots = self._slot(np.maximum(pos, 0))  # (B, n)
         rows = np.take_along_axis(buf, slots[:, None, :, None], axis=2)
         rows[np.broadcast_to((pos < 0)[:, None, :, None], rows.shape)] = 0
         return rows  # (B, h_kv, n, d)
@@ -153,24 +132,26 @@ class KVCache:
         (B, h_kv, n, d_k), rows past a sequence's length are 0. With a
         window, the last ``held`` positions, oldest first (chapter 16);
         with RoPE, rotated by their positions (chapter 15)."""
-        K = self._in_order(self._K)
-        return _readonly(K[0] if self.batch is None else K)
+        return self._view(self._in_order(self._K))
 
     @property
     def values(self) -> np.ndarray:
         """Cached values, read-only: (h_kv, n, d_v); with a batch
         (B, h_kv, n, d_v)."""
-        V = self._in_order(self._V)
-        return _readonly(V[0] if self.batch is None else V)
+        return self._view(self._in_order(self._V))
+
+    def _view(self, a: np.ndarray) -> np.ndarray:
+        a = a[0] if self.batch is None else a
+        a.flags.writeable = False
+        return a
 
     def truncate(self, lengths) -> None:
         """Forget every row past ``lengths`` (an int, or (B,) ints).
 
         Book: chapter 12. The kept rows stay as they were; the forgotten
-        ones are set to 0, as never-used rows are. ``truncate(0)`` starts
-        over (``reset``). With a window, the w - 1 rows before the new
-        length must still be held (chapter 16): a ring buffer has already
-        overwritten older rows.
+        slots are emptied. ``truncate(0)`` starts over (``reset``). With a
+        window, the w - 1 rows before the new length must still be held
+        (chapter 16): a ring buffer has already overwritten older rows.
         """
         L = np.broadcast_to(np.asarray(lengths), self._lengths.shape)
         if (not np.issubdtype(L.dtype, np.integer) or (L < 0).any()
@@ -179,11 +160,7 @@ class KVCache:
                 f"lengths must be integers in 0 .. {self._lengths.tolist()} "
                 f"(the rows cached), got {np.asarray(lengths).tolist()}")
         w = self.window
-        if w is None:
-            for b, n in enumerate(L):
-                self._K[b, :, n:] = 0
-                self._V[b, :, n:] = 0
-        else:
+        if w is not None:
             oldest = np.maximum(self._lengths - w, 0)  # first position held
             needed = np.maximum(L - w + 1, 0)  # first position still needed
             if ((L > 0) & (needed < oldest)).any():
@@ -191,50 +168,179 @@ class KVCache:
                     f"cannot go back to {L.tolist()} rows: a window of {w} "
                     f"holds positions from {oldest.tolist()} on, and "
                     "the older keys it would need are overwritten")
-            for b, (n, old) in enumerate(zip(L, self._lengths, strict=True)):
-                slots = np.arange(n, old) % w  # the forgotten positions
-                self._K[b, :, slots] = 0
-                self._V[b, :, slots] = 0
         self._lengths = L.astype(np.int64)
+        self._forget_past_lengths()
 
     def reset(self) -> None:
         """Forget every row: an empty cache, buffers kept."""
         self.truncate(0)
 
-    # --- checks, before anything changes ----------------------------------
+    def _forget_past_lengths(self) -> None:
+        """Empty every slot holding a position at or past its length."""
+        gone = self._at >= self._lengths[:, None]  # (B, cap)
+        for buf in (self._K, self._V):  # (B, cap, h_kv, d) views
+            buf.transpose(0, 2, 1, 3)[gone] = 0
+        self._at[gone] = -1
 
-    def _compute_dtype(self, x: np.ndarray) -> np.dtype:
-        return np.result_type(x.dtype, self.W.dtype)
+    # --- appending rows -----------------------------------------------------
 
-    def _checked(self, x, what: str, shape: str, ndim: int) -> np.ndarray:
+    def step(self, x) -> np.ndarray:
+        """Append one row per sequence; return its output row. Book: ch. 7.
+
+        x (d_model,) -> y (d_model,); with a batch, (B, d_model) ->
+        (B, d_model). It is ``extend`` with one row each.
+        """
+        X = self._rows(x, "step", 1)  # (B, 1, d_model)
+        Y = self._append(X, np.ones(X.shape[:2], dtype=bool))  # (B, 1, d)
+        Y = Y.astype(X.dtype, copy=False)  # the input's dtype
+        return Y[0, 0] if self.batch is None else Y[:, 0]
+
+    def extend(self, X, key_mask=None) -> np.ndarray:
+        """Append a block of rows; return their outputs, computed at once.
+
+        Book: chapter 12, "Prefill, then one token at a time". X (m,
+        d_model) -> (m, d_model); with a batch, (B, m, d_model) ->
+        (B, m, d_model), and ``key_mask`` (B, m) (True = real token) for
+        prompts of different lengths: each sequence appends its real rows
+        in order; padded rows are not cached and output 0.
+        """
+        Xb = self._rows(X, "extend", 2)  # (B, m, d_model)
+        real = checks.key_mask(key_mask, np.shape(X)[:-1],
+                               of=f"X {np.shape(X)}")
+        real = (np.ones(Xb.shape[:2], dtype=bool) if real is None
+                else real.reshape(Xb.shape[:2]))  # (B, m)
+        Y = np.concatenate([self._append(Xb[:, a:b], real[:, a:b])
+                            for a, b in self._spans(Xb.shape[1])], axis=1)
+        Y = Y.astype(Xb.dtype, copy=False)  # the input's dtype
+        return Y[0] if self.batch is None else Y  # shape of X
+
+    def _append(self, X: np.ndarray, real: np.ndarray) -> np.ndarray:
+        """Store the new rows' keys and values, attend their queries to
+        every key held, and return their output rows. Book: chapter 7.
+
+        X (B, c, d_model), ``real`` (B, c) -> Y (B, c, d_model). Nothing
+        is kept if anything fails.
+        """
+        new = self._project(X, real)  # their q, k, v and positions
+        try:
+            self._store(new)  # their keys and values join the cache
+            H = self._attend(new)  # every new query against every key held
+        except BaseException:
+            self._forget_past_lengths()  # as it was
+            raise
+        self._lengths += real.sum(axis=1)  # (B,): committed
+        return self._output(H, real)  # Concat W_O; padded rows 0
+
+    # --- the steps of _append ------------------------------------------------
+
+    def _rows(self, x, what: str, ndim: int) -> np.ndarray:
+        """x checked against the cache's batch and d_model, as (B, c, d)."""
         x = np.asanyarray(x)  # keeps ndarray subclasses (chapter 10)
         B, d = self.batch, self.W.d_model
-        want_batch = () if B is None else (B,)
-        ok = (x.ndim == ndim and x.shape[-1] == d
-              and x.shape[:len(want_batch)] == want_batch)
-        if not ok:
-            raise ValueError(f"{what} takes {shape}, with d_model = {d}"
+        lead = () if B is None else (B,)
+        if not (x.ndim == ndim + len(lead) and x.shape[-1] == d
+                and x.shape[:len(lead)] == lead):
+            rows = ("one row x" if ndim == 1 else "a block X") + (
+                " (d_model,)" if ndim == 1 else " (m, d_model)")
+            if B is not None:
+                rows = ("one row per sequence, x (B, d_model)" if ndim == 1
+                        else "a block per sequence, X (B, m, d_model)")
+            raise ValueError(f"{what} takes {rows}, with d_model = {d}"
                              + ("" if B is None else f" and B = {B}")
                              + f", got shape {x.shape}")
-        return as_float_array(x, "x" if what == "step" else "X")
+        x = checks.float_array(x, "x" if ndim == 1 else "X")
+        return x.reshape(len(self._lengths), -1, d)  # (B, c, d_model)
 
-    def _check_mask(self, key_mask, m: int) -> np.ndarray:
-        B = 1 if self.batch is None else self.batch
-        if key_mask is None:
-            return np.ones((B, m), dtype=bool)
-        mask = np.asarray(key_mask)
-        want = (m,) if self.batch is None else (B, m)
-        if mask.dtype != bool:
-            raise TypeError(f"key_mask must be a boolean array of shape "
-                            f"{want}, got dtype {mask.dtype}")
-        if mask.shape != want:
-            raise ValueError(f"key_mask must be a boolean array of shape "
-                             f"{want}, got {mask.dtype} {mask.shape}")
-        return mask.reshape(B, m)
+    def _spans(self, m: int):
+        """The blocks of columns that are appended at once: all m of them.
+
+        With a window (chapter 16), once the ring is full, one column at a
+        time: storing a block's keys would overwrite keys that the block's
+        earlier queries still need.
+        """
+        if self.window is None or m == 0:
+            return [(0, m)]
+        first = min(m, max(0, self.window - len(self)))  # fills the ring
+        return [(0, first)] * (first > 0) + [(j, j + 1)
+                                             for j in range(first, m)]
+
+    def _project(self, X: np.ndarray, real: np.ndarray) -> dict:
+        """The new rows' queries, keys and values, from one product.
+
+        Book: chapter 12. Row j of sequence b stands at position
+        L[b] + (its rank among b's real rows); with ``rope_base`` its query
+        and key are turned by it (chapter 15).
+        """
+        dtype = np.result_type(X, self.W.dtype)
+        seq = np.nonzero(real)[0]  # (N,): the sequence of each real row
+        at = (self._lengths[:, None] + np.cumsum(real, axis=1) - 1)[real]
+        Q_T, K_T, V_T = fast.project_heads(
+            X[real].astype(dtype, copy=False), self.W)  # (.., N) each
+        if self.rope_base is not None:
+            fast.rotate_heads(Q_T, at, self.rope_base)
+            fast.rotate_heads(K_T, at, self.rope_base)
+        Q, K, V = (A.transpose(0, 2, 1) for A in (Q_T, K_T, V_T))  # (.., N, d)
+        return {"Q": Q, "K": K, "V": V, "seq": seq, "at": at,
+                "counts": real.sum(axis=1), "dtype": dtype}
+
+    def _slot(self, at: np.ndarray) -> np.ndarray:
+        """The buffer slot of position ``at``: itself, or at mod w."""
+        return at if self.window is None else at % self.window
+
+    def _store(self, new: dict) -> None:
+        """Write the new keys and values into the slots of their positions."""
+        self._make_room(self._lengths + new["counts"], new["dtype"])
+        seq, slots = new["seq"], self._slot(new["at"])  # (N,), (N,)
+        self._K[seq, :, slots] = new["K"].transpose(1, 0, 2)  # (N, h_kv, d_k)
+        self._V[seq, :, slots] = new["V"].transpose(1, 0, 2)  # (N, h_kv, d_v)
+        self._at[seq, slots] = new["at"]
+
+    def _attend(self, new: dict) -> np.ndarray:
+        """H (h, N, d_v): every new query against the keys held.
+
+        The sequences that append the same number of rows (every sequence,
+        in a decoding step) are computed together, batched.
+        """
+        W, counts = self.W, new["counts"]
+        used = int(self._lengths.max() + counts.max())  # slots in use
+        used = min(used, self.capacity)
+        K, V = self._K[:, :, :used], self._V[:, :, :used]  # (B, h_kv, ..)
+        at_k = self._at[:, :used]  # (B, used), -1 where empty
+        ordered = self.window is None  # slot j holds position j
+        Q, at = new["Q"], new["at"]
+        together = bool((counts == counts[0]).all())
+        block, tile = fast.choose_sizes(
+            int(counts.max()), used, W, self._K.itemsize,
+            stack=len(counts) if together else 1)
+        if together:  # (B, h, c, d_k): all at once
+            B, c = len(counts), int(counts[0])
+            Qb = Q.reshape(W.heads, B, c, W.d_k).transpose(1, 0, 2, 3)
+            H = fast.attend(Qb, K, V, at.reshape(B, c), at_k, self._seen,
+                            in_order=ordered, block=block,
+                            tile=tile)  # (B, h, c, d_v)
+            return H.transpose(1, 0, 2, 3).reshape(W.heads, -1, W.d_v)
+        H = np.empty(Q.shape[:2] + (W.d_v,), np.result_type(Q, V))
+        ends = np.cumsum(counts)  # each sequence's rows, one after another
+        for b, (s0, s1) in enumerate(zip(ends - counts, ends, strict=True)):
+            if s1 > s0:
+                H[:, s0:s1] = fast.attend(Q[:, s0:s1], K[b], V[b],
+                                          at[s0:s1], at_k[b], self._seen,
+                                          in_order=ordered, block=block,
+                                          tile=tile)  # (h, c_b, d_v)
+        return H
+
+    def _output(self, H: np.ndarray, real: np.ndarray) -> np.ndarray:
+        """Concat (N, h*d_v) @ W_O, put back as (B, c, d_model)."""
+        N, h_dv = H.shape[1], self.W.heads * self.W.d_v
+        concat = H.transpose(1, 0, 2).reshape(N, h_dv)  # (N, h*d_v)
+        Y = fast.output_projection(concat, self.W)  # (N, d_model)
+        out = np.zeros(real.shape + (self.W.d_model,), Y.dtype)  # (B, c, d)
+        out[real] = Y
+        return out
 
     def _make_room(self, lengths: np.ndarray, dtype: np.dtype) -> None:
         """Buffers that hold ``lengths`` rows per sequence, in ``dtype``."""
-        cap = self._K.shape[2]
+        cap = self.capacity
         need = int(lengths.max())
         if self.window is not None:  # a ring never holds more than w rows
             need = min(need, self.window)
@@ -246,183 +352,16 @@ class KVCache:
         new_dtype = np.result_type(self._K.dtype, dtype)
         if new_cap == cap and new_dtype == self._K.dtype:
             return
-        # a ring only grows before it wraps: rows 0 .. n-1 are in slots 0..
-        n = min(len(self), cap)
+        # a ring only grows before it wraps: slots 0 .. cap-1 are in order
         for name in ("_K", "_V"):
             old = getattr(self, name)
             new = np.zeros(old.shape[:2] + (new_cap, old.shape[3]),
                            dtype=new_dtype)  # (B, h_kv, new_cap, d)
-            new[:, :, :n] = old[:, :, :n]
+            new[:, :, :cap] = old
             setattr(self, name, new)
-
-    # --- one token per sequence ---------------------------------------------
-
-    def step(self, x) -> np.ndarray:
-        """Append one row per sequence; return its output row.
-
-        x (d_model,) -> y (d_model,); with a batch, (B, d_model) ->
-        (B, d_model).
-        """
-        shape = "one row x (d_model,)" if self.batch is None else \
-            "one row per sequence, x (B, d_model)"
-        x = self._checked(x, "step", shape, 1 if self.batch is None else 2)
-        dtype = self._compute_dtype(x)
-        X = x.reshape(-1, self.W.d_model).astype(dtype, copy=False)  # (B, d)
-        W, L = self.W, self._lengths
-        h, h_kv, d_k, d_v = W.heads, W.kv_heads, W.d_k, W.d_v
-        W_QKV_T, W_O = fused_weights(W, dtype)  # every head's, side by side
-        b_QKV, b_O = fused_biases(W, dtype)  # None, None: W has no biases
-        # all sequences at once: each weight read once for the B rows
-        qkv = few_rows_product(W_QKV_T, X)  # (B, (h+h_kv) d_k + h_kv d_v)
-        if b_QKV is not None:
-            qkv += b_QKV
-        B = len(X)
-        k0, v0 = h * d_k, (h + h_kv) * d_k  # where K's and V's entries start
-        # scaled by 1/sqrt(d_k); the g query heads of a group side by side
-        q = qkv[:, :k0].reshape(B, h_kv, h // h_kv, d_k)  # (B, h_kv, g, d_k)
-        k = qkv[:, k0:v0].reshape(B, h_kv, 1, d_k)  # (B, h_kv, 1, d_k)
-        if self.rope_base is not None:  # chapter 15: at position L[b]
-            at = L[:, None, None]  # (B, 1, 1), broadcast over heads
-            q = rope.rotate(q, at, self.rope_base)  # (B, h_kv, g, d_k)
-            k = rope.rotate(k, at, self.rope_base)  # (B, h_kv, 1, d_k)
-        self._make_room(L + 1, dtype)
-        seqs = np.arange(B)
-        slot = L if self.window is None else L % self.window  # chapter 16
-        # row L[b] of sequence b's K and V, every key/value head
-        self._K[seqs, :, slot] = k[:, :, 0]  # (B, h_kv, d_k)
-        self._V[seqs, :, slot] = qkv[:, v0:].reshape(B, h_kv, d_v)
-        n = min(int(L.max()) + 1, self._K.shape[2])  # slots in use
-        K = self._K[:, :, :n]  # (B, h_kv, n, d_k)
-        V = self._V[:, :, :n]  # (B, h_kv, n, d_v)
-        # (B, h_kv, g, d_k) @ (B, h_kv, d_k, n) -> (B, h_kv, g, n)
-        scores = q @ K.transpose(0, 1, 3, 2)
-        if (L + 1 < n).any():  # shorter sequences: hide the rows past them
-            past = np.arange(n)[None, :] > L[:, None]  # (B, n)
-            scores[np.broadcast_to(past[:, None, None, :],
-                                   scores.shape)] = -np.inf
-        # softmax of each head's one score row: it sees every key, no mask
-        e = np.exp(scores - scores.max(axis=-1, keepdims=True))  # (.., g, n)
-        heads = (e @ V) / e.sum(axis=-1, keepdims=True)  # (B, h_kv, g, d_v)
-        # Concat times W_O: (B, h*d_v) @ (h*d_v, d_model) -> (B, d_model)
-        W_O_T = transposed_output_weights(W, dtype)  # (d_model, h*d_v)
-        y = few_rows_product(W_O_T, heads.reshape(B, h * d_v))  # (B, d_model)
-        if b_O is not None:
-            y += b_O
-        self._lengths = L + 1  # commit only once everything succeeded
-        y = y.astype(x.dtype, copy=False)
-        return y[0] if self.batch is None else y
-
-    # --- a block of tokens per sequence: prefill ----------------------------
-
-    def extend(self, X, key_mask=None) -> np.ndarray:
-        """Append a block of rows; return their outputs, computed at once.
-
-        X (m, d_model) -> (m, d_model); with a batch, (B, m, d_model) ->
-        (B, m, d_model), and ``key_mask`` (B, m) (True = real token) for
-        prompts of different lengths: each sequence appends its real rows
-        in order; padded rows are not cached and output 0.
-        """
-        shape = "a block X (m, d_model)" if self.batch is None else \
-            "a block per sequence, X (B, m, d_model)"
-        X = self._checked(X, "extend", shape, 2 if self.batch is None else 3)
-        m = X.shape[-2]
-        mask = self._check_mask(key_mask, m)  # (B, m)
-        dtype = self._compute_dtype(X)
-        W, L = self.W, self._lengths
-        Xb = X.reshape(len(L), m, W.d_model).astype(dtype, copy=False)
-        rows = Xb[mask]  # (N, d_model): every sequence's real rows, in order
-        counts = mask.sum(axis=1)  # (B,) new rows per sequence
-        out = np.zeros(Xb.shape, dtype)  # (B, m, d_model)
-        if len(rows):
-            new_L = L + counts
-            # chapter 15: row j of sequence b is at position L[b] + j
-            positions = np.concatenate([np.arange(p, p + c)
-                                        for p, c in zip(L, counts,
-                                                        strict=True)])
-            # one product for all rows; queries and keys rotated if RoPE
-            Q_T, K_T, V_T = project_heads(rows, W, positions, self.rope_base)
-            if self.window is not None:  # chapter 16: through a ring
-                concat = self._extend_ring(Q_T, K_T, V_T, counts, dtype)
-            else:
-                concat = self._extend_rows(Q_T, K_T, V_T, counts, dtype)
-            _, W_O = fused_weights(W, dtype)
-            _, b_O = fused_biases(W, dtype)
-            Y = concat.reshape(len(rows), -1) @ W_O  # (N, d_model)
-            if b_O is not None:
-                Y += b_O
-            out[mask] = Y
-            self._lengths = new_L  # commit only once everything succeeded
-        out = out.astype(X.dtype, copy=False)
-        return out[0] if self.batch is None else out
-
-    def _extend_rows(self, Q_T, K_T, V_T, counts, dtype) -> np.ndarray:
-        """Append each sequence's new keys and values, attend its new
-        queries to everything cached; return their Concat rows (N, h, d_v).
-
-        Book: chapter 12, "Prefill, then one token at a time".
-        """
-        W, L = self.W, self._lengths
-        self._make_room(L + counts, dtype)
-        concat = np.empty((Q_T.shape[2], W.heads, W.d_v), dtype)  # (N, h, d_v)
-        s0 = 0
-        for b, c in enumerate(counts):
-            if c == 0:
-                continue
-            s1, p = s0 + int(c), int(L[b])
-            # the new keys and values join sequence b's cache
-            self._K[b, :, p:p + c] = K_T[:, :, s0:s1].transpose(0, 2, 1)
-            self._V[b, :, p:p + c] = V_T[:, :, s0:s1].transpose(0, 2, 1)
-            n = p + int(c)
-            block, tile = choose_sizes(n, W, Q_T.itemsize, None, None)
-            # the c new queries (positions p .. n-1) against keys 0 .. n-1
-            _attend_sequence(Q_T[:, :, s0:s1],
-                             self._K[b, :, :n].transpose(0, 2, 1),
-                             self._V[b, :, :n].transpose(0, 2, 1),
-                             True, block, tile, concat[s0:s1], q0=p)
-            s0 = s1
-        return concat
-
-    def _extend_ring(self, Q_T, K_T, V_T, counts, dtype) -> np.ndarray:
-        """``_extend_rows`` through a ring buffer of w rows.
-
-        Book: Part III, chapter 16, "The ring buffer". The new queries need
-        the w - 1 keys before them, which the ring holds, and each other:
-        both are laid end to end in a scratch buffer (positions p - k ..
-        p + c - 1), attended with the window, and only the last w new rows
-        are written into their slots (position mod w).
-        """
-        W, L, w = self.W, self._lengths, self.window
-        self._make_room(L + counts, dtype)
-        concat = np.empty((Q_T.shape[2], W.heads, W.d_v), dtype)  # (N, h, d_v)
-        old_K, old_V = self._in_order(self._K), self._in_order(self._V)
-        writes = []  # into the ring only once every sequence is computed
-        s0 = 0
-        for b, c in enumerate(counts):
-            if c == 0:
-                continue
-            s1, p = s0 + int(c), int(L[b])
-            k = min(p, w - 1, old_K.shape[2])  # earlier keys still in view
-            # (h_kv, d, k + c): the k held keys, then the c new ones
-            K_b = np.concatenate([old_K[b, :, old_K.shape[2] - k:]
-                                  .transpose(0, 2, 1), K_T[:, :, s0:s1]],
-                                 axis=2)
-            V_b = np.concatenate([old_V[b, :, old_V.shape[2] - k:]
-                                  .transpose(0, 2, 1), V_T[:, :, s0:s1]],
-                                 axis=2)
-            block, tile = choose_sizes(k + int(c), W, Q_T.itemsize, None,
-                                       None)
-            # positions counted from p - k: the queries start at k
-            _attend_sequence(Q_T[:, :, s0:s1], K_b, V_b, True, block, tile,
-                             concat[s0:s1], q0=k, window=w)
-            last = np.arange(max(p, p + int(c) - w), p + int(c))  # positions
-            writes.append((b, last % w, K_b[:, :, k + last - p],
-                           V_b[:, :, k + last - p]))  # (h_kv, d, rows)
-            s0 = s1
-        for b, slots, K_new, V_new in writes:
-            # (rows, h_kv, d): one row per slot
-            self._K[b, :, slots] = K_new.transpose(2, 0, 1)
-            self._V[b, :, slots] = V_new.transpose(2, 0, 1)
-        return concat
+        at = np.full((len(self._at), new_cap), -1, dtype=np.int64)
+        at[:, :cap] = self._at
+        self._at = at
 
     def __repr__(self) -> str:
         rows = (f"rows={len(self)}" if self.batch is None
@@ -436,45 +375,36 @@ class KVCache:
                 f"d_k={self.W.d_k}, d_v={self.W.d_v}{extra})")
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    view = a.view()
-    view.flags.writeable = False
-    return view
-
-
 # --- Part I, chapter 7: what a step costs, with and without the cache ------
 
 
-def _products(rows: int, n: int, dims) -> list[tuple[int, int, int]]:
-    """Shapes (a, b, c) of every product (a x b) @ (b x c) that computes
-    `rows` output rows against n keys: per head X W_Q, X W_K, X W_V,
-    Q K^T, S V, then Concat W_O."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(
-            f"n must be a positive number of tokens, got {n!r}")
-    d, dk, dv, h = dims.d_model, dims.d_k, dims.d_v, dims.heads
-    g = dims.group  # query heads per K/V head (Part III, chapter 14)
-    products = []
-    for i in range(h):
-        # new rows need all n keys and values; the cache already holds
-        # n - rows of them. A K/V head is projected once for its group.
-        kv = [(rows, d, dk), (rows, d, dv)] if i % g == 0 else []
-        products += [(rows, d, dk), *kv, (rows, dk, n), (rows, n, dv)]
-    # Concat (rows, h*d_v) @ W_O (h*d_v, d_model)
-    return products + [(rows, h * dv, d)]
+def products(rows: int, n: int, dims) -> list[tuple[int, int, int]]:
+    """Shapes (a, b, c) of the products (a x b) @ (b x c) that compute
+    ``rows`` output rows against n keys. Book: chapter 7.
+
+    Per query head the new rows' q, Q K^T against the n keys and S V; per
+    key/value head the new rows' k and v (one per head in multi-head
+    attention; fewer, shared, in Part III, chapter 14); then Concat W_O.
+    """
+    rows, n = (checks.positive_int(v, name)
+               for v, name in ((rows, "rows"), (n, "n")))
+    d, d_k, d_v, h = dims.d_model, dims.d_k, dims.d_v, dims.heads
+    per_query_head = [(rows, d, d_k), (rows, d_k, n), (rows, n, d_v)]
+    per_kv_head = [(rows, d, d_k), (rows, d, d_v)]  # k and v
+    return (per_query_head * h + per_kv_head * dims.kv_heads
+            + [(rows, h * d_v, d)])  # and Concat W_O
 
 
 def step_multiply_adds(n: int, dims) -> int:
     """Multiply-adds for output row n when rows 1..n-1 of K, V are cached.
 
-    Book: chapter 7. One row each of Q, K, V per head (the new token's),
-    one row of scores against the n keys, one weighted sum of the n values,
-    and one row of Concat times W_O:
+    Book: chapter 7. One row each of q, k, v per head (the new token's),
+    one row of scores against the n keys, one weighted sum of the n
+    values, and one row of Concat times W_O:
     h (d_model (2 d_k + d_v) + n (d_k + d_v)) + h d_v d_model, linear in n.
-    With grouped K/V heads (Part III, chapter 14) the key and value rows
-    are projected h_kv times, not h.
     """
-    return sum(a * b * c for a, b, c in _products(1, n, dims))
+    n = checks.positive_int(n, "n")
+    return sum(a * b * c for a, b, c in products(1, n, dims))
 
 
 def recompute_multiply_adds(n: int, dims) -> int:
@@ -485,4 +415,5 @@ def recompute_multiply_adds(n: int, dims) -> int:
     entries included, as a dense computation does), S V and Concat W_O,
     quadratic in n.
     """
-    return sum(a * b * c for a, b, c in _products(n, n, dims))
+    n = checks.positive_int(n, "n")
+    return sum(a * b * c for a, b, c in products(n, n, dims))

@@ -40,14 +40,15 @@ B sequences in a batch.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import attention, softmax
+from . import checks, masks
+from .attention import attention
+from .models import MODELS, DecoderConfig
 from .rope import check_base, rotate
-from .shapes import _frozen, as_float_array
+from .shapes import read_only_copy
 
 __all__ = ["LatentDims", "LatentWeights", "init_latent_weights",
            "PUBLISHED", "latent_rows", "latent_attend", "latent_attention",
@@ -76,15 +77,26 @@ class LatentDims:
     def __post_init__(self) -> None:
         for name in ("d_model", "heads", "d_k", "d_v", "d_c", "d_r",
                      "layers"):
-            value = getattr(self, name)
-            if (isinstance(value, bool)
-                    or not isinstance(value, numbers.Integral) or value < 1):
-                raise ValueError(f"LatentDims.{name} must be a positive "
-                                 f"integer, got {value!r}")
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, checks.positive_int(
+                getattr(self, name), f"LatentDims.{name}"))
         if self.d_r % 2:
             raise ValueError(f"d_r = {self.d_r} is odd, but RoPE rotates "
                              "pairs of columns: d_r must be even")
+
+    @classmethod
+    def of(cls, cfg: DecoderConfig) -> LatentDims:
+        """The sizes of a published MLA model (``models.DecoderConfig``).
+
+        Book: chapters 17 and 18. Its keys and values are d_k wide (d_v =
+        d_k); the query latent ``cfg.latent.d_cq`` is not modelled here.
+        """
+        if not isinstance(cfg, DecoderConfig) or cfg.latent is None:
+            got = getattr(cfg, "attention_kind", type(cfg).__name__)
+            raise TypeError("LatentDims.of needs the DecoderConfig of an MLA "
+                            f"model, got {got}")
+        return cls(d_model=cfg.d_model, heads=cfg.heads, d_k=cfg.d_k,
+                   d_v=cfg.d_k, d_c=cfg.latent.d_c, d_r=cfg.latent.d_r,
+                   layers=cfg.layers)
 
     @property
     def latent_row(self) -> int:
@@ -99,17 +111,15 @@ class LatentDims:
 
 
 # Published sizes (data): DeepSeek-V2, section 3.1.2 "Model
-# Hyper-Parameters" (60 layers, d_model 5120), and DeepSeek-V3, section 4.2
-# "Hyper-Parameters" (61 layers, d_model 7168) (DeepSeek-AI 2024). Both give
-# n_h = 128 heads of d_h = 128 for keys and values, d_c = 512 and a
-# decoupled rotary part d_h^R = 64; their query latent d_c' = 1536 is not
-# modelled (module docstring). counting.MODELS["deepseek-v3"] (chapter 18)
-# carries the same sizes of DeepSeek-V3; a test checks that they agree.
+# Hyper-Parameters" (DeepSeek-AI 2024): 60 layers, d_model 5120, n_h = 128
+# heads of d_h = 128 for keys and values, d_c = 512 and a decoupled rotary
+# part d_h^R = 64; its query latent d_c' = 1536 is not modelled (module
+# docstring). DeepSeek-V3's (section 4.2) are read from models.MODELS, the
+# one copy, which chapter 18 uses too.
 PUBLISHED: dict[str, LatentDims] = {
     "deepseek-v2": LatentDims(d_model=5120, heads=128, d_k=128, d_v=128,
                               d_c=512, d_r=64, layers=60),
-    "deepseek-v3": LatentDims(d_model=7168, heads=128, d_k=128, d_v=128,
-                              d_c=512, d_r=64, layers=61),
+    "deepseek-v3": LatentDims.of(MODELS["deepseek-v3"].config),
 }
 
 _SHAPES = {  # every matrix's shape, in the letters of the module docstring
@@ -148,7 +158,7 @@ class LatentWeights:
     W_O: np.ndarray
 
     def __post_init__(self) -> None:
-        arrs = {name: as_float_array(getattr(self, name), name,
+        arrs = {name: checks.float_array(getattr(self, name), name,
                                      ndim=_SHAPES[name].count(",") + 1)
                 for name in _SHAPES}
         d_model, d_c = arrs["W_DKV"].shape
@@ -174,7 +184,7 @@ class LatentWeights:
                 f"W_KR {arrs['W_KR'].shape}")
         dtype = np.result_type(*arrs.values())
         for name, arr in arrs.items():
-            object.__setattr__(self, name, _frozen(arr, dtype))
+            object.__setattr__(self, name, read_only_copy(arr, dtype))
 
     @property
     def dims(self) -> LatentDims:
@@ -235,7 +245,7 @@ def _check_weights(W) -> None:
 def _check_rows(X, W: LatentWeights, name: str = "X") -> np.ndarray:
     """X (m, d_model) as a float array, or an error naming the shapes."""
     _check_weights(W)
-    X = as_float_array(X, name)
+    X = checks.float_array(X, name)
     d_model = W.W_DKV.shape[0]
     if X.ndim != 2 or X.shape[1] != d_model or X.shape[0] == 0:
         raise ValueError(f"{name} must be (rows >= 1, d_model = {d_model}) "
@@ -272,7 +282,7 @@ def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
     forms them (module docstring). Both give the same Y, to rounding.
     """
     X = _check_rows(X, W)
-    rows = as_float_array(rows, "rows")
+    rows = checks.float_array(rows, "rows")
     s = W.dims
     m = len(X)
     if rows.ndim != 2 or rows.shape[1] != s.latent_row or m > len(rows):
@@ -284,13 +294,14 @@ def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
     positions = np.arange(n - m, n)  # (m,): where the queries stand
     # (m, d_model) @ (h, d_model, d_r) -> (h, m, d_r), every head's, turned
     Q_R = rotate(X @ W.W_QR, positions, check_base(rope_base))
+    mask = masks.causal(m, n) if causal else None  # (m, n)
     heads = _absorbed_heads if absorbed else _rebuilt_heads
-    H = heads(X, Q_R, rows, W, causal)  # h blocks (m, d_v)
+    H = heads(X, Q_R, rows, W, mask)  # h blocks (m, d_v)
     concat = np.concatenate(H, axis=1)  # (m, h*d_v)
     return concat @ W.W_O  # (m, h*d_v) @ (h*d_v, d_model) -> (m, d_model)
 
 
-def _rebuilt_heads(X, Q_R, rows, W: LatentWeights, causal: bool) -> list:
+def _rebuilt_heads(X, Q_R, rows, W: LatentWeights, mask) -> list:
     """Every head's output with K_i and V_i rebuilt from the latent rows.
 
     Book: chapter 17, "Rebuilding the keys". Head i's query and key are
@@ -304,31 +315,29 @@ def _rebuilt_heads(X, Q_R, rows, W: LatentWeights, causal: bool) -> list:
         Q = np.concatenate([X @ W.W_Q[i], Q_R[i]], axis=1)  # (m, d_k + d_r)
         K = np.concatenate([C_KV @ W.W_UK[i], K_R], axis=1)  # (n, d_k + d_r)
         V = C_KV @ W.W_UV[i]  # (n, d_c) @ (d_c, d_v) -> (n, d_v)
-        H.append(attention(Q, K, V, causal))  # (m, d_v)
+        H.append(attention(Q, K, V, mask))  # (m, d_v)
     return H
 
 
-def _absorbed_heads(X, Q_R, rows, W: LatentWeights, causal: bool) -> list:
+def _absorbed_heads(X, Q_R, rows, W: LatentWeights, mask) -> list:
     """Every head's output from the latent rows alone, K_i and V_i unformed.
 
     Book: chapter 17, "Absorbing W_UK and W_UV". Head i's query becomes
     [q W_UKi^T | q_R] (d_c + d_r), scored against the cached rows
-    [C_KV | K_R] themselves; the weights then average the latents,
-    S_i C_KV, and W_UVi maps the average to d_v.
+    [C_KV | K_R] themselves by chapter 3's ``attention``, with the scale
+    of the rebuilt heads, 1/sqrt(d_k + d_r); the weights then average the
+    latents, S_i C_KV, and W_UVi maps the average to d_v.
     """
     s = W.dims
-    m, n = len(X), len(rows)
     C_KV = rows[:, :s.d_c]  # (n, d_c)
-    later = np.arange(n)[None, :] > np.arange(n - m, n)[:, None]  # (m, n)
+    scale = 1 / math.sqrt(s.d_k + s.d_r)  # not 1/sqrt(d_c + d_r)
     H = []
     for i in range(s.heads):
         q_lat = (X @ W.W_Q[i]) @ W.W_UK[i].T  # (m, d_k) @ (d_k, d_c)
         Q = np.concatenate([q_lat, Q_R[i]], axis=1)  # (m, d_c + d_r)
-        scores = Q @ rows.T / math.sqrt(s.d_k + s.d_r)  # (m, n)
-        if causal:
-            scores = np.where(later, -np.inf, scores)  # (m, n)
-        S = softmax(scores)  # (m, n), rows sum to 1
-        H.append((S @ C_KV) @ W.W_UV[i])  # (m, d_c) @ (d_c, d_v)
+        # (m, d_c): each query's average of the latents
+        latent = attention(Q, rows, C_KV, mask, scale=scale)
+        H.append(latent @ W.W_UV[i])  # (m, d_c) @ (d_c, d_v) -> (m, d_v)
     return H
 
 
@@ -343,7 +352,7 @@ def latent_attention(X, W: LatentWeights, causal: bool = True, *,
     a time, each from position 0. The output has X's floating dtype.
     """
     _check_weights(W)
-    arr = as_float_array(X, "X")
+    arr = checks.float_array(X, "X")
     if arr.ndim == 3:  # (B, n, d_model): one sequence at a time
         if arr.shape[2] != W.W_DKV.shape[0] or 0 in arr.shape[:2]:
             raise ValueError(f"X must be (B, n >= 1, d_model = "
@@ -385,10 +394,7 @@ class LatentKVCache:
         if not isinstance(W, LatentWeights):
             raise TypeError(f"LatentKVCache needs LatentWeights, got "
                             f"{type(W).__name__}")
-        if (isinstance(capacity, bool)
-                or not isinstance(capacity, numbers.Integral) or capacity < 1):
-            raise ValueError(f"capacity must be a positive integer, got "
-                             f"{capacity!r}")
+        capacity = checks.positive_int(capacity, "capacity")
         self.W, self.absorbed = W, bool(absorbed)
         self.rope_base = check_base(rope_base)
         self._n = 0
@@ -412,7 +418,7 @@ class LatentKVCache:
 
     def step(self, x) -> np.ndarray:
         """Append one row x (d_model,); return its output row (d_model,)."""
-        x = as_float_array(x, "x")
+        x = checks.float_array(x, "x")
         if x.shape != (self.W.dims.d_model,):
             raise ValueError(f"step takes one row x (d_model,) with "
                              f"d_model = {self.W.dims.d_model}, got shape "
@@ -456,8 +462,9 @@ def latent_cache_bytes(dims: LatentDims, tokens: int = 1,
     Book: chapter 17, "Bytes per token". Every layer keeps one row of
     d_c + d_r numbers per token; 2 bytes per number is fp16/bf16.
     """
-    return dims.layers * dims.latent_row * _count(tokens, "tokens") \
-        * _count(bytes_per_value, "bytes_per_value")
+    tokens = checks.positive_int(tokens, "tokens")
+    bytes_per_value = checks.positive_int(bytes_per_value, "bytes_per_value")
+    return dims.layers * dims.latent_row * tokens * bytes_per_value
 
 
 def mha_cache_bytes(dims: LatentDims, tokens: int = 1,
@@ -468,15 +475,9 @@ def mha_cache_bytes(dims: LatentDims, tokens: int = 1,
     per token: L h (d_k + d_v), chapter 7's count, 2 L h d_k when d_k = d_v
     (chapter 12).
     """
-    return dims.layers * dims.mha_row * _count(tokens, "tokens") \
-        * _count(bytes_per_value, "bytes_per_value")
-
-
-def _count(value, name: str) -> int:
-    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-            or value < 1):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    tokens = checks.positive_int(tokens, "tokens")
+    bytes_per_value = checks.positive_int(bytes_per_value, "bytes_per_value")
+    return dims.layers * dims.mha_row * tokens * bytes_per_value
 
 
 def latent_multiply_adds(m: int, n: int, dims: LatentDims,
@@ -494,7 +495,7 @@ def latent_multiply_adds(m: int, n: int, dims: LatentDims,
     projected from x (module docstring): DeepSeek's query latent would
     change the query term, none of the terms in n.
     """
-    m, n = _count(m, "m"), _count(n, "n")
+    m, n = checks.positive_int(m, "m"), checks.positive_int(n, "n")
     if m > n:
         raise ValueError(f"m = {m} query rows need at least as many "
                          f"positions, got n = {n}")

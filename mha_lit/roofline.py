@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .counting import TransformerConfig, _check_gpt, _positive_int
+from . import checks
+from .models import TransformerConfig, check_config
 
 __all__ = [
     "Accelerator",
@@ -113,8 +114,8 @@ def matmul_intensity(a: int, b: int, c: int, bytes_per_value: float) -> float:
     (a much smaller than b and c) it is close to 2 a / s: a matrix-vector
     product (a = 1) in float32 does one multiply-add per 4-byte weight.
     """
-    a, b, c = (_positive_int(name, v) for name, v in (("a", a), ("b", b),
-                                                      ("c", c)))
+    a, b, c = (checks.positive_int(v, name)
+               for v, name in ((a, "a"), (b, "b"), (c, "c")))
     if not bytes_per_value > 0:
         raise ValueError(
             f"bytes_per_value must be positive, got {bytes_per_value}")
@@ -182,19 +183,19 @@ def layer_products(cfg: TransformerConfig, new_tokens: int, context: int,
     keys and values). Scores are counted in full (no causal skipping); S is
     counted as written out and read back. G = GELU(X W_1 + b_1).
     """
-    c = _check_gpt(cfg, "layer_products")
-    t = _positive_int("new_tokens", new_tokens)
-    n = _positive_int("context", context)
-    B = _positive_int("batch", batch)
+    c = check_config(cfg, TransformerConfig, "layer_products")
+    t = checks.positive_int(new_tokens, "new_tokens")
+    n = checks.positive_int(context, "context")
+    B = checks.positive_int(batch, "batch")
     if t > n:
         raise ValueError(f"new_tokens = {t} exceeds context = {n}: the new "
                          "tokens are part of the context")
-    d, f, h, dh = c.d_model, c.d_ff, c.n_heads, c.d_head
+    d, f, h, d_k = c.d_model, c.d_ff, c.heads, c.d_k
     rows, s = B * t, bytes_per_value
     return [
         Product("X W_QKV", rows, d, 3 * d, 1, s),
-        Product("Q K^T", t, dh, n, B * h, s),
-        Product("S V", t, n, dh, B * h, s),
+        Product("Q K^T", t, d_k, n, B * h, s),
+        Product("S V", t, n, d_k, B * h, s),
         Product("Concat W_O", rows, d, d, 1, s),
         Product("X W_1", rows, d, f, 1, s),
         Product("G W_2", rows, f, d, 1, s),
@@ -213,7 +214,7 @@ def compute_bound_batch(cfg: TransformerConfig, acc: Accelerator,
     against the KV cache (Q K^T, S V) do not take part: every sequence
     reads its own cache, so their intensity does not grow with B.
     """
-    c = _check_gpt(cfg, "compute_bound_batch")
+    c = check_config(cfg, TransformerConfig, "compute_bound_batch")
     ridge = acc.ridge_point
     d = c.d_model
     limit = 2 * d / (2 * bytes_per_value)  # intensity as B -> infinity
@@ -255,11 +256,11 @@ def attention_traffic(n: int, d: int, sram_values: int | None = None
     never leave the chip. As n grows the ratio of the two counts tends to
     M / (3 d^2).
     """
-    n = _positive_int("n", n)
-    d = _positive_int("d", d)
+    n = checks.positive_int(n, "n")
+    d = checks.positive_int(d, "d")
     if sram_values is None:
         return 4 * n * d + 4 * n * n
-    M = _positive_int("sram_values", sram_values)
+    M = checks.positive_int(sram_values, "sram_values")
     if M < 4 * d:
         raise ValueError(f"on-chip memory of {M} numbers cannot hold a block "
                          f"of one key, value and query row of width d = {d}")
@@ -285,7 +286,7 @@ def training_days(flops: float, acc: Accelerator, gpus: int,
     Book: chapter 13. Model FLOPs utilisation (MFU) is the share of the
     peak rate pi that the model's own FLOPs (6 N per token) reach.
     """
-    gpus = _positive_int("gpus", gpus)
+    gpus = checks.positive_int(gpus, "gpus")
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must lie in (0, 1], got {mfu}")
     return flops / (gpus * acc.peak_flops * mfu) / 86400
@@ -319,7 +320,7 @@ def measure_rates(dtype=np.float32, size: int = 1024,
     depend on the machine and on what else runs on it.
     """
     dtype = np.dtype(dtype)
-    size = _positive_int("size", size)
+    size = checks.positive_int(size, "size")
     rng = np.random.default_rng(seed)
     A = rng.standard_normal((size, size)).astype(dtype)  # (size, size)
     B = rng.standard_normal((size, size)).astype(dtype)  # (size, size)

@@ -32,8 +32,9 @@ import numbers
 
 import numpy as np
 
-__all__ = ["frequencies", "angles", "rotate", "half_split_permutation",
-           "check_base"]
+from .checks import float_array, positive_int
+
+__all__ = ["frequencies", "angles", "rotate", "half_split_permutation"]
 
 
 def check_base(base) -> float:
@@ -50,12 +51,11 @@ def check_base(base) -> float:
 
 
 def _check_width(d: int) -> int:
-    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 2:
-        raise ValueError(f"RoPE needs a width of at least 2, got {d!r}")
+    d = positive_int(d, "the RoPE width d")
     if d % 2:
         raise ValueError(f"RoPE rotates pairs of coordinates, so the width "
                          f"must be even; got d = {d} (odd)")
-    return int(d)
+    return d
 
 
 def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
@@ -76,14 +76,8 @@ def angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
     Book: chapter 15, "The frequencies". ``positions`` (..., n), integers
     or reals; the angles are computed in float64 whatever the rows' dtype.
     """
-    p = np.asarray(positions)
-    if p.dtype == bool or not (np.issubdtype(p.dtype, np.integer)
-                               or np.issubdtype(p.dtype, np.floating)):
-        raise TypeError(f"positions must be integers or reals, got dtype "
-                        f"{p.dtype} (shape {p.shape})")
-    if not np.all(np.isfinite(p)):
-        raise ValueError(f"positions of shape {p.shape} hold NaN or inf")
-    return p.astype(np.float64)[..., None] * frequencies(d, base)  # (.., P)
+    p = float_array(positions, "positions").astype(np.float64)  # (.., n)
+    return p[..., None] * frequencies(d, base)  # (.., n, P)
 
 
 def half_split_permutation(d: int) -> np.ndarray:
@@ -115,18 +109,12 @@ def rotate(x, positions, base: float = 10000.0,
     array of x's floating dtype (integers become float64); position 0
     leaves a row exactly as it was.
     """
-    x = np.asarray(x)
-    if x.dtype == bool or not (np.issubdtype(x.dtype, np.integer)
-                               or np.issubdtype(x.dtype, np.floating)):
-        raise TypeError(f"rotate needs real numbers, got dtype {x.dtype}")
-    if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float64)
+    x = float_array(x, "x")
     if x.ndim < 2:
         raise ValueError(f"rotate needs rows x (..., n, d), got shape "
                          f"{x.shape}")
     n, d = x.shape[-2:]
-    _check_width(d)
-    theta = angles(positions, d, base)  # (.., n, P)
+    theta = angles(positions, d, base)  # (.., n, P); refuses an odd d
     try:
         fits = (np.broadcast_shapes(theta.shape[:-1], x.shape[:-1])
                 == x.shape[:-1])

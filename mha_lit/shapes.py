@@ -18,13 +18,15 @@ Letters used in shape comments throughout ``mha_lit``:
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Dims", "Weights", "init_weights", "as_float_array",
-           "check_groups"]
+from .checks import float_array, groups, positive_int
+
+# Until latent imports checks.float_array and read_only_copy.
+
+__all__ = ["Dims", "Weights", "init_weights"]
 
 
 @dataclass(frozen=True)
@@ -52,16 +54,9 @@ class Dims:
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         for name in ("tokens", "d_model", "d_k", "d_v", "heads", "kv_heads"):
-            value = getattr(self, name)
-            if (isinstance(value, bool)
-                    or not isinstance(value, numbers.Integral)):
-                raise TypeError(f"Dims.{name} must be a positive integer, "
-                                f"got {value!r}")
-            if value <= 0:
-                raise ValueError(f"Dims.{name} must be a positive integer, "
-                                 f"got {value}")
-            object.__setattr__(self, name, int(value))
-        check_groups(self.heads, self.kv_heads)
+            object.__setattr__(self, name, positive_int(getattr(self, name),
+                                                        f"Dims.{name}"))
+        groups(self.heads, self.kv_heads)
 
     def __repr__(self) -> str:
         grouped = ("" if self.kv_heads == self.heads
@@ -84,51 +79,12 @@ class Dims:
         return self.heads * self.d_v
 
 
-def check_groups(heads: int, kv_heads: int) -> None:
-    """Refuse a number of key/value heads that does not divide ``heads``.
-
-    Book: Part III, chapter 14 "Grouped-query attention": query head i
-    uses key/value head i // (heads / kv_heads), so every group must have
-    the same size.
-    """
-    if heads % kv_heads:
-        raise ValueError(
-            f"{heads} query heads cannot be split into {kv_heads} equal "
-            f"groups: kv_heads must divide heads (got heads = {heads}, "
-            f"kv_heads = {kv_heads})")
-
-
-def as_float_array(a, name: str, *, ndim: int | None = None) -> np.ndarray:
-    """Return ``a`` as a finite float array, or raise an error naming it.
-
-    Integers become float64; float16/32/64 keep their dtype. Booleans,
-    complex numbers, strings and objects are refused with ``TypeError``;
-    NaN and +-inf with ``ValueError``.
-    """
-    # keeps ndarray subclasses (Part II counts products with one)
-    arr = np.asanyarray(a)
-    if arr.dtype == bool or not (
-        np.issubdtype(arr.dtype, np.integer)
-        or np.issubdtype(arr.dtype, np.floating)
-    ):
-        raise TypeError(
-            f"{name} must hold real numbers, got dtype {arr.dtype}")
-    if not np.issubdtype(arr.dtype, np.floating):
-        arr = arr.astype(np.float64)
-    if ndim is not None and arr.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(f"{name} of shape {arr.shape} holds {bad} NaN or "
-                         "infinite entries")
-    return arr
-
-
-def _frozen(a: np.ndarray, dtype) -> np.ndarray:
-    # a private copy nobody else can change
+def read_only_copy(a: np.ndarray, dtype) -> np.ndarray:
+    """A private copy of ``a`` in ``dtype`` that nobody can change."""
     out = np.array(a, dtype=dtype, copy=True)
     out.flags.writeable = False
     return out
+
 
 
 _MATRICES = ("W_Q", "W_K", "W_V", "W_O")
@@ -173,46 +129,13 @@ class Weights:
     b_O: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        arrs = {
-            "W_Q": as_float_array(self.W_Q, "W_Q", ndim=3),
-            "W_K": as_float_array(self.W_K, "W_K", ndim=3),
-            "W_V": as_float_array(self.W_V, "W_V", ndim=3),
-            "W_O": as_float_array(self.W_O, "W_O", ndim=2),
-        }
+        arrs = _checked_matrices(self)
         h, d_model, d_k = arrs["W_Q"].shape
-        h_kv = arrs["W_K"].shape[0]
-        if arrs["W_K"].shape[1:] != (d_model, d_k):
-            raise ValueError(
-                f"W_K has shape {arrs['W_K'].shape} but W_Q has shape "
-                f"{(h, d_model, d_k)}; W_K must be (kv_heads, d_model = "
-                f"{d_model}, d_k = {d_k})"
-            )
-        if min(h, h_kv) > 0 and h % h_kv:
-            raise ValueError(
-                f"W_K has shape {arrs['W_K'].shape} but W_Q has shape "
-                f"{arrs['W_Q'].shape}: its {h_kv} key/value heads must "
-                f"divide the {h} query heads into equal groups")
-        hv, dv_model, d_v = arrs["W_V"].shape
-        if (hv, dv_model) != (h_kv, d_model):
-            raise ValueError(
-                f"W_V has shape {arrs['W_V'].shape} but W_K has shape "
-                f"{arrs['W_K'].shape}; W_V must be (kv_heads = {h_kv}, "
-                f"d_model = {d_model}, d_v)"
-            )
-        if arrs["W_O"].shape != (h * d_v, d_model):
-            raise ValueError(
-                f"W_O has shape {arrs['W_O'].shape} but must be "
-                "(heads * d_v, d_model) = "
-                f"({h} * {d_v}, {d_model}) = {(h * d_v, d_model)}"
-            )
-        if min(h, h_kv, d_model, d_k, d_v) == 0:
-            raise ValueError(f"Weights need positive sizes, got heads={h}, "
-                             f"kv_heads={h_kv}, d_model={d_model}, "
-                             f"d_k={d_k}, d_v={d_v}")
+        h_kv, d_v = arrs["W_K"].shape[0], arrs["W_V"].shape[2]
         arrs |= _checked_biases(self, h, d_model, d_k, d_v, h_kv)
         dtype = np.result_type(*arrs.values())
         for name, arr in arrs.items():
-            object.__setattr__(self, name, _frozen(arr, dtype))
+            object.__setattr__(self, name, read_only_copy(arr, dtype))
 
     @property
     def heads(self) -> int:
@@ -268,7 +191,7 @@ class Weights:
             raise ValueError(f"no bias named {name!r}; Weights has {_BIASES}")
         b = getattr(self, name)
         if b is None:
-            b = _frozen(np.zeros(_bias_shapes(self.heads, self.d_model,
+            b = read_only_copy(np.zeros(_bias_shapes(self.heads, self.d_model,
                                               self.d_k, self.d_v,
                                               self.kv_heads)[name]),
                         self.dtype)  # (h, d_k), (h_kv, d_v) or (d_model,)
@@ -311,6 +234,38 @@ def _bias_shapes(h: int, d_model: int, d_k: int, d_v: int,
             "b_O": (d_model,)}
 
 
+def _checked_matrices(W: Weights) -> dict[str, np.ndarray]:
+    """W_Q, W_K, W_V, W_O as float arrays whose shapes fit together.
+
+    Book: chapter 4, "Multi-head attention". Errors name the shape found
+    and the shape the other matrices imply.
+    """
+    W_Q, W_K, W_V = (float_array(getattr(W, n), n, ndim=3)
+                     for n in ("W_Q", "W_K", "W_V"))
+    W_O = float_array(W.W_O, "W_O", ndim=2)
+    h, d_model, d_k = W_Q.shape
+    h_kv, d_v = W_K.shape[0], W_V.shape[2]
+    if min(h, h_kv, d_model, d_k, d_v) == 0:
+        raise ValueError(f"Weights need positive sizes, got heads={h}, "
+                         f"kv_heads={h_kv}, d_model={d_model}, "
+                         f"d_k={d_k}, d_v={d_v}")
+    if W_K.shape[1:] != (d_model, d_k):
+        raise ValueError(f"W_K has shape {W_K.shape} but W_Q has shape "
+                         f"{W_Q.shape}; W_K must be (kv_heads, d_model = "
+                         f"{d_model}, d_k = {d_k})")
+    groups(h, h_kv, of=f"W_K has shape {W_K.shape} but W_Q has shape "
+                       f"{W_Q.shape}")
+    if W_V.shape[:2] != (h_kv, d_model):
+        raise ValueError(f"W_V has shape {W_V.shape} but W_K has shape "
+                         f"{W_K.shape}; W_V must be (kv_heads = {h_kv}, "
+                         f"d_model = {d_model}, d_v)")
+    if W_O.shape != (h * d_v, d_model):
+        raise ValueError(f"W_O has shape {W_O.shape} but must be (heads * "
+                         f"d_v, d_model) = ({h} * {d_v}, {d_model}) = "
+                         f"{(h * d_v, d_model)}")
+    return {"W_Q": W_Q, "W_K": W_K, "W_V": W_V, "W_O": W_O}
+
+
 def _checked_biases(W: Weights, h: int, d_model: int, d_k: int,
                     d_v: int, h_kv: int) -> dict[str, np.ndarray]:
     """The biases W was given, as float arrays of the right shapes.
@@ -327,7 +282,7 @@ def _checked_biases(W: Weights, h: int, d_model: int, d_k: int,
     for name in _BIASES:
         if getattr(W, name) is None:
             continue
-        b = as_float_array(getattr(W, name), name)  # (h, d) or (d_model,)
+        b = float_array(getattr(W, name), name)  # (h, d) or (d_model,)
         if b.shape != shapes[name]:
             raise ValueError(f"{name} has shape {b.shape} but "
                              f"{implied[name]} = {shapes[name]}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from .checks import positive_int
 from .shapes import Dims
 
 __all__ = ["matrix", "qk_transpose", "product_entry", "causal_mask",
@@ -23,9 +24,8 @@ def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
 
     Book: chapter 1.
     """
-    if rows <= 0 or cols <= 0:
-        raise ValueError(
-            f"matrix {name} needs positive sizes, got {rows} x {cols}")
+    rows = positive_int(rows, f"the rows of matrix {name}")
+    cols = positive_int(cols, f"the columns of matrix {name}")
     return sp.Matrix(rows, cols,
                      lambda i, j: sp.Symbol(f"{name}_{{{i + 1},{j + 1}}}"))
 

@@ -2,10 +2,11 @@
 
 The `site` fixture builds the book with the README's strict command,
 `jupyter-book build . -W -n --keep-going`, into `_build/` (or into `$BOOK_PATH_OUTPUT/_build/`).
-That build is incremental: Sphinx re-reads only the pages that changed and the execution cache
-re-runs only the notebooks whose code changed, so an up-to-date `_build/` costs seconds and a
-fresh clone gets a full build. A failed build fails the test and drops the Sphinx environment,
-so the next build re-reads every page and shows its warnings again.
+The book renders the notebooks' stored outputs (`execute_notebooks: "off"` in _config.yml), the
+outputs that nbval re-executes and compares in the same `pytest` run, so the build runs no
+notebook. It is incremental: Sphinx re-reads only the pages that changed, so an up-to-date
+`_build/` costs seconds. A failed build fails the test and drops the Sphinx environment, so the
+next build re-reads every page and shows its warnings again.
 
 Each page is then opened in headless Chromium (Debian's `chromium`, driven by Playwright with
 `executable_path`; no browser download) with every request that is not `file://` blocked, at a
@@ -34,6 +35,10 @@ Without Chromium (or Playwright) the tests skip and say why; with CI=true they f
 
 One more test here needs no browser: the sizes the notation page states are the sizes of
 mha_lit's running example.
+
+Every test here is marked `book`. Under pytest-xdist, this module and tests/test_pdf.py are one
+unit of work (see `xdist_unit` in conftest.py): both build into `_build/`, so one worker runs
+them one after the other.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ LIGHT_PANEL = 0.8
 
 
 PAGES = book_pages.toc_pages()
+pytestmark = pytest.mark.book
 
 
 def _cannot_run(reason: str):
@@ -371,7 +377,13 @@ def test_page_renders_offline(browser, site, page_name):
 
 def _first_look_weights() -> np.ndarray:
     """S_1 and S_2 of the first look, (2, 3, 3), computed by mha_lit from the page's inputs."""
-    from mha_lit import Dims, attention_weights, example_table, init_weights, sentence
+    from mha_lit import (
+        Dims,
+        attention_weights,
+        example_table,
+        init_weights,
+        sentence,
+    )
 
     dims = Dims()
     W = init_weights(dims, seed=0)
@@ -390,7 +402,10 @@ def _open(browser, html: Path, page_name: str, problems: list[str], **options):
 def test_first_look_heatmap_tells_query_key_and_weight_and_switches_heads(browser, site):
     """Hover a cell: the tooltip names its query, key and weight (as mha_lit computes it)."""
     S = _first_look_weights()  # (2 heads, 3 queries, 3 keys)
-    tip_text = lambda q, k, h, i, j: f"query \u201c{q}\u201d \u2192 key \u201c{k}\u201d\nweight {S[h, i, j]:.2f}"
+
+    def tip_text(q, k, h, i, j):
+        return f"query \u201c{q}\u201d \u2192 key \u201c{k}\u201d\nweight {S[h, i, j]:.2f}"
+
     assert f"{S[0, 2, 1]:.2f}" != f"{S[1, 2, 1]:.2f}"  # the two heads differ in that cell
     problems: list[str] = []
     context, page = _open(browser, site, "book/first_look", problems,
@@ -398,7 +413,10 @@ def test_first_look_heatmap_tells_query_key_and_weight_and_switches_heads(browse
     try:
         figure = page.locator(".mha-attn").first
         panels, tip = figure.locator(".mha-attn-panel"), figure.locator(".mha-attn-tip")
-        shown = lambda: [panels.nth(i).is_visible() for i in range(panels.count())]
+
+        def shown():
+            return [panels.nth(i).is_visible() for i in range(panels.count())]
+
         assert panels.count() == 2 and shown() == [True, False]
         assert panels.nth(0).locator("rect[data-w]").count() == 9  # one per weight
         assert not tip.is_visible()

@@ -20,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN, TOGGLE = 77, 75  # characters a code box holds at 1280 px
+pytestmark = pytest.mark.book  # a check of the book's notebooks: `-m "not book"` leaves it out
 RICHER = ("application/vnd.jupyter.widget-view+json", "text/html", "image/svg+xml",
           "image/png", "image/jpeg", "text/markdown", "text/latex")
 

@@ -84,8 +84,8 @@ def test_float32_stack_decodes_like_float64():
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda d: d.prefill(np.array([1, 13])), ValueError, r"token ids must lie in 0 \.\. 12"),
-        (lambda d: d.prefill(np.array([1.0, 2.0])), ValueError, r"tokens must be integers"),
+        (lambda d: d.prefill(np.array([1, 13])), ValueError, r"tokens must lie in 0 \.\. 12"),
+        (lambda d: d.prefill(np.array([1.0, 2.0])), TypeError, r"tokens must be integer token ids"),
         (lambda d: d.prefill(np.arange(17) % 13), ValueError, r"do not fit the context of 19"),
         (lambda d: d.prefill(np.array([[1, 2]])), ValueError, r"shape \(m,\)"),
     ],
@@ -106,7 +106,8 @@ def test_batched_refusals():
     dec = Decoder(G, batch=2)
     with pytest.raises(ValueError, match="at least one real token"):
         dec.prefill(np.ones((2, 3), np.int64), key_mask=np.array([[1, 1, 0], [0, 0, 0]], bool))
-    with pytest.raises(ValueError, match=r"key_mask must be a boolean array of shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"key_mask has shape \(2, 4\) but needs one entry per "
+                       r"token of the prompt, shape \(2, 3\)"):
         dec.prefill(np.ones((2, 3), np.int64), key_mask=np.ones((2, 4), bool))
     with pytest.raises(ValueError, match=r"\(B, m\) with B = 2"):
         dec.prefill(np.ones((3, 3), np.int64))
@@ -122,6 +123,9 @@ def test_weights_are_checked():
         GPTWeights(E=G.E, P=G.P[:, :4], blocks=G.blocks, gamma_f=G.gamma_f, beta_f=G.beta_f)
     with pytest.raises(ValueError, match="n_layers must be a positive integer"):
         init_gpt_weights(n_layers=0)
+    with pytest.raises(TypeError, match="vocab_size must be a positive integer, got True"):
+        init_gpt_weights(vocab_size=True)
+    assert init_gpt_weights(n_layers=np.int64(1)).n_layers == 1
     with pytest.raises(ValueError, match="does not fit"):
         gpt_forward(np.zeros(20, np.int64), G)
     assert G.E.flags.writeable is False and "L=3" in repr(G)
@@ -134,10 +138,16 @@ def test_feeding_known_tokens_step_by_step_equals_prefill():
     dec.prefill(prompt[:1])
     assert [dec.decode_step(int(t)) for t in prompt[1:]] == prompt[1:].tolist()
     assert np.allclose(dec.logits, at_once, rtol=0, atol=1e-10)
-    with pytest.raises(ValueError, match=r"token ids must lie in 0 \.\. 12"):
+    with pytest.raises(ValueError, match=r"tokens must lie in 0 \.\. 12 \(vocab_size = 13\), got id 13"):
         dec.decode_step(13)
     with pytest.raises(ValueError, match=r"tokens must be integers of shape \(\)"):
         dec.decode_step(np.array([1, 2]))
+    with pytest.raises(TypeError, match="tokens must be integer token ids"):
+        dec.decode_step(2.0)
+    with pytest.raises(TypeError, match="steps must be a non-negative integer, got 2.0"):
+        dec.generate(prompt, 2.0)
+    with pytest.raises(ValueError, match="steps must be a non-negative integer, got -1"):
+        dec.generate(prompt, -1)
     assert dec.lengths.tolist() == [6]
     batched = Decoder(G, batch=2)
     batched.prefill(np.array([[1, 2], [3, 4]]))
@@ -154,7 +164,7 @@ def test_key_mask_without_a_batch_caches_only_the_real_tokens():
     assert np.allclose(dec.logits, gpt_forward(np.array([3, 4]), G)[-1], rtol=0, atol=1e-10)
     t = dec.decode_step()
     assert np.allclose(dec.logits, gpt_forward(np.array([3, 4, t]), G)[-1], rtol=0, atol=1e-10)
-    with pytest.raises(TypeError, match="key_mask must be a boolean array"):
+    with pytest.raises(TypeError, match="key_mask must be boolean"):
         dec.prefill(np.array([1, 2]), key_mask=np.array([1, 1]))
 
 
@@ -186,3 +196,33 @@ def test_logits_are_a_copy_and_reset_starts_over():
     dec.reset()
     assert dec.lengths.tolist() == [0]
     assert dec.generate(np.array([4, 8]), 3).tolist() == first.tolist()
+
+
+# --- mutation-test gaps (shared/reviews/mutation.md): the seed rule, GPTWeights is frozen -----
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_block_l_has_the_documented_seed(seed):
+    """init_gpt_weights' docstring: block l is init_block_weights(dims, d_ff,
+    seed=1000 * seed + l), GPT-2's attention biases by default (decoder-91). seed 0, the
+    default, is the case where a wrong sign would ask for a negative seed."""
+    from mha_lit import init_block_weights
+
+    kwargs = {} if seed == 0 else {"seed": seed}
+    G3 = init_gpt_weights(Dims(), n_layers=3, **kwargs)
+    for layer, block in enumerate(G3.blocks):
+        want = init_block_weights(Dims(), 17, seed=1000 * seed + layer, attn_biases=True)
+        got = block.arrays()
+        assert got.keys() == want.arrays().keys()
+        for name, arr in want.arrays().items():
+            assert np.array_equal(got[name], arr), (layer, name)  # the same draws: exact
+
+
+def test_gpt_weights_are_frozen_and_compare_by_identity():
+    import dataclasses
+
+    G2, G2b = init_gpt_weights(Dims()), init_gpt_weights(Dims())
+    for name in ("E", "P", "blocks", "gamma_f"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(G2, name, getattr(G2, name))
+    assert G2 == G2 and G2 != G2b
+    assert {G2: 1}[G2] == 1 and len({G2, G2b}) == 2

@@ -31,8 +31,11 @@ def test_sinusoidal_encoding_first_position_alternates_zero_one():
 def test_sinusoidal_encoding_refuses_bad_sizes():
     with pytest.raises(ValueError, match="d_model"):
         sinusoidal_encoding(3, 0)
-    with pytest.raises(ValueError, match="n"):
+    with pytest.raises(ValueError, match="n must be a positive integer, got -1"):
         sinusoidal_encoding(-1, 5)
+    with pytest.raises(TypeError, match="n must be a positive integer, got 3.0"):
+        sinusoidal_encoding(3.0, 5)
+    assert sinusoidal_encoding(np.int64(3), np.int32(5)).shape == (3, 5)
     with pytest.raises(ValueError, match="base"):
         sinusoidal_encoding(3, 5, base=0)
 
@@ -56,12 +59,15 @@ def test_embed_same_token_different_positions_differ():
 
 def test_embed_refuses_bad_ids_and_tables():
     table = np.ones((13, 5))
-    with pytest.raises(ValueError, match="0..12"):
-        embed([0, 13], table)
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(ValueError, match=r"token_ids must lie in 0 \.\. 12 \(vocab_size = 13\), "
+                       r"got ids -1 \.\. 14"):
+        embed([0, 14, -1, 13], table)
+    with pytest.raises(ValueError, match="token_ids must be 1-D"):
         embed([[0, 1]], table)
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(TypeError, match="token_ids must be integer token ids"):
         embed([0.5], table)
+    with pytest.raises(ValueError, match="token_ids must hold at least one token"):
+        embed([], table)
     with pytest.raises(ValueError, match="2-D"):
         embed([0], np.ones(5))
 

@@ -23,13 +23,16 @@ from mha_lit import (  # noqa: E402
     KVCache,
     Weights,
     attention,
+    fast,
     init_weights,
+    masks,
     multi_head_attention,
-    multi_head_attention_reference,
     plots,
+    variants,
 )
-from mha_lit.counting import record_matmuls  # noqa: E402
 from mha_lit.fast import multi_head_attention_fast  # noqa: E402
+from mha_lit.trace import record_matmuls  # noqa: E402
+from mha_lit.variants import reference
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 
@@ -80,10 +83,11 @@ def test_kv_heads_equal_to_heads_is_multi_head_attention(dims, biases):
     # Part I's multi-head attention written out: head i with its own K_i and V_i
     b_Q, b_K, b_V = W.bias("b_Q"), W.bias("b_K"), W.bias("b_V")  # zeros without biases
     for causal in (True, False):
+        mask = masks.causal(dims.tokens) if causal else None
         heads = [attention(X @ W.W_Q[i] + b_Q[i], X @ W.W_K[i] + b_K[i], X @ W.W_V[i] + b_V[i],
-                           causal) for i in range(dims.heads)]
+                           mask) for i in range(dims.heads)]
         Y = np.concatenate(heads, axis=1) @ W.W_O + W.bias("b_O")
-        for run in (multi_head_attention, multi_head_attention_reference):
+        for run in (multi_head_attention, reference):
             assert _close(run(X, W, causal), Y) and _close(run(X, W_same, causal), Y)
 
 
@@ -100,8 +104,22 @@ def test_grouped_equals_multi_head_with_repeated_keys_and_values(dims, biases, c
         assert np.array_equal(W_rep.W_K[i], W.W_K[i // dims.group])
     X = _x(dims, seed=2)
     assert _close(multi_head_attention(X, W, causal), multi_head_attention(X, W_rep, causal))
-    assert _close(multi_head_attention_reference(X, W, causal),
-                  multi_head_attention_reference(X, W_rep, causal))
+    assert _close(reference(X, W, causal),
+                  reference(X, W_rep, causal))
+
+
+@pytest.mark.parametrize("dims", GQA_DIMS, ids=str)
+@pytest.mark.parametrize("biases", [False, True])
+def test_repeat_kv_gives_query_head_i_the_kv_head_i_over_g(dims, biases):
+    W = init_weights(dims, seed=5, biases=biases)
+    R = variants.repeat_kv(W)
+    assert (R.heads, R.kv_heads, R.has_biases) == (dims.heads, dims.heads, biases)
+    expected = _repeated(W)  # the test's own repeat, written out
+    assert R.arrays().keys() == expected.arrays().keys()
+    assert all(np.array_equal(R.arrays()[k], expected.arrays()[k]) for k in R.arrays())
+    assert np.array_equal(R.W_Q, W.W_Q) and np.array_equal(R.W_O, W.W_O)  # untouched
+    W_mha = init_weights(Dims(dims.tokens, dims.d_model, dims.d_k, dims.d_v, dims.heads), seed=5)
+    assert variants.repeat_kv(W_mha) is W_mha  # no groups: as it is
 
 
 def test_grouping_changes_the_output_when_the_heads_differ():
@@ -121,7 +139,7 @@ def test_batch_with_key_mask_equals_repeated_and_each_sequence_alone(dims):
     mask = np.arange(dims.tokens)[None, :] < np.array(lengths)[:, None]  # (3, n), right padding
     Y = multi_head_attention(X, W, key_mask=mask)
     assert _close(Y, multi_head_attention(X, _repeated(W), key_mask=mask))
-    assert _close(Y, multi_head_attention_reference(X, W, key_mask=mask))
+    assert _close(Y, reference(X, W, key_mask=mask))
     for b, m in enumerate(lengths):
         assert _close(Y[b, :m], multi_head_attention(X[b, :m], W))
         assert not Y[b, m:].any()  # padded rows output 0
@@ -137,7 +155,7 @@ def test_fast_path_equals_reference(dims, dtype, causal):
     X = _x(dims, seed=4, dtype=dtype)
     Y = multi_head_attention(X, W, causal)
     assert Y.dtype == dtype
-    assert _close(Y, multi_head_attention_reference(X, W, causal), dtype)
+    assert _close(Y, reference(X, W, causal), dtype)
 
 
 @given(n=st.integers(1, 30), groups=st.sampled_from([(6, 2), (6, 1), (4, 4), (9, 3), (8, 2)]),
@@ -148,7 +166,7 @@ def test_any_block_and_tile_agree_with_reference(n, groups, block, tile, causal,
     W = init_weights(Dims(n, 5, 7, 3, heads=heads, kv_heads=kv), seed=seed, biases=True)
     X = np.random.default_rng(seed).standard_normal((n, 5))
     Y = multi_head_attention_fast(X, W, causal, block=block, tile=tile)
-    assert _close(Y, multi_head_attention_reference(X, W, causal))
+    assert _close(Y, reference(X, W, causal))
 
 
 # --- causality -----------------------------------------------------------------------------------
@@ -160,7 +178,7 @@ def test_rows_depend_only_on_earlier_rows(dims):
     t = dims.tokens // 2
     X2 = X.copy()
     X2[t:] += 10 * np.random.default_rng(9).standard_normal(X2[t:].shape)  # change rows t+1 ..
-    for f in (multi_head_attention, multi_head_attention_reference):
+    for f in (multi_head_attention, reference):
         Y, Y2 = f(X, W), f(X2, W)
         assert np.allclose(Y[:t], Y2[:t], rtol=0, atol=TOL[np.float64])  # rows 1 .. t unmoved
         assert np.abs(Y[t:] - Y2[t:]).max() > 1e-3  # the changed rows did move
@@ -241,6 +259,34 @@ def test_fast_path_multiplies_each_kv_head_once_against_its_stacked_queries(dims
     assert rep and all(a[0] == b[0] == dims.heads and a[1] == n for a, b in rep)
 
 
+@pytest.mark.parametrize("lead", [(), (3,)], ids=["one sequence", "a stack of 3"])
+@pytest.mark.parametrize("tile", [None, 2])
+@pytest.mark.parametrize("dims", [d for d in GQA_DIMS if d.group > 1], ids=str)
+def test_the_kernel_multiplies_each_kv_head_once_against_its_stacked_queries(dims, tile, lead):
+    """fast.attend, called as the forward pass and the cache call it: leading axes of
+    sequences, then h_kv K/V heads, each against g*b stacked query rows; never h heads."""
+    rng = np.random.default_rng(31)
+    n, h, h_kv, g = dims.tokens, dims.heads, dims.kv_heads, dims.group
+    Q = rng.standard_normal(lead + (h, n, dims.d_k))
+    K = rng.standard_normal(lead + (h_kv, n, dims.d_k))
+    V = rng.standard_normal(lead + (h_kv, n, dims.d_v))
+    pos = np.broadcast_to(np.arange(n), lead + (n,))
+    with record_matmuls() as log:
+        H = fast.attend(log.track(Q), K, V, pos, pos, masks.visible, block=n, tile=tile)
+    assert log.records, "the kernel's Q K^T and S V were not recorded"
+    for r in log.records:  # every Q K^T and S V
+        assert r.a_shape[:-2] == r.b_shape[:-2] == lead + (h_kv,) and r.a_shape[-2] == g * n
+    # chapter 3's kernel with K/V head i // g repeated for query head i (Q already scaled)
+    assert np.allclose(H, attention(Q, np.repeat(K, g, axis=-3), np.repeat(V, g, axis=-3),
+                                    masks.causal(n), scale=1.0), rtol=0, atol=1e-12)
+    # the same heads with K and V repeated per query head: h heads, n rows each
+    with record_matmuls() as rep_log:
+        fast.attend(rep_log.track(Q), np.repeat(K, g, axis=-3), np.repeat(V, g, axis=-3), pos, pos,
+                    masks.visible, block=n, tile=tile)
+    assert rep_log.records and all(r.a_shape[:-2] == lead + (h,) and r.a_shape[-2] == n
+                                   for r in rep_log.records)
+
+
 @pytest.mark.parametrize("dims", [d for d in GQA_DIMS if d.group > 1], ids=str)
 def test_cache_step_multiplies_the_cached_kv_heads_as_they_are(dims):
     W = init_weights(dims, seed=29)
@@ -310,9 +356,9 @@ def test_head_groups_joins_every_query_head_to_its_kv_head(heads, kv_heads):
 def test_head_groups_refuses_bad_counts():
     with pytest.raises(ValueError, match="6 query heads cannot be split into 4 equal groups"):
         plots.head_groups(6, 4)
-    with pytest.raises(ValueError, match="kv_heads = 0"):
+    with pytest.raises(ValueError, match="kv_heads must be a positive integer, got 0"):
         plots.head_groups(6, [2, 0])
-    with pytest.raises(ValueError, match="heads = True"):
+    with pytest.raises(TypeError, match="heads must be a positive integer, got True"):
         plots.head_groups(True, 1)
     with pytest.raises(ValueError, match="at least one"):
         plots.head_groups(6, [])

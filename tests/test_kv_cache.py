@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from mha_lit import Dims, KVCache, init_weights, multi_head_attention, softmax
+from mha_lit import (
+    Dims,
+    KVCache,
+    init_weights,
+    multi_head_attention,
+    softmax,
+    trace,
+)
 from tests.shapes_for_tests import PRIME_DIMS
 
 
@@ -87,7 +94,7 @@ def test_extend_refuses_a_bad_block_whole():
 def test_cache_refuses_bad_construction():
     with pytest.raises(TypeError, match="KVCache needs mha_lit.Weights"):
         KVCache(Dims())
-    with pytest.raises(ValueError, match="capacity"):
+    with pytest.raises(ValueError, match="capacity must be a positive integer, got 0"):
         KVCache(init_weights(), capacity=0)
 
 
@@ -102,7 +109,11 @@ def test_step_reads_the_cache_instead_of_recomputing_the_prefix():
     honest.extend(X)
     tampered.extend(X)
     held = [a for a in vars(tampered).values() if isinstance(a, np.ndarray) and a.ndim > 1]
-    assert all(a.shape[-1] in (W.d_k, W.d_v) and a.shape[:2] == (1, W.heads) for a in held)
+    rows = [a for a in held if a.dtype.kind == "f"]  # every array of numbers: keys and values only
+    assert len(rows) == 2 and all(a.shape[-1] in (W.d_k, W.d_v) and a.shape[:2] == (1, W.heads)
+                                  for a in rows)
+    # the rest: which position each slot holds, integers (1, capacity)
+    assert all(a.dtype.kind == "i" and a.shape == (1, tampered.capacity) for a in held if a.dtype.kind != "f")
     tampered._V[:, :, 0] += 1.0  # corrupt the cached value row of token 1 in every head
     assert not np.allclose(tampered.step(x), honest.step(x))
     assert np.allclose(honest.step(x), multi_head_attention(np.vstack([X, x, x]), W)[-1])
@@ -167,13 +178,43 @@ def test_step_cost_is_linear_and_recompute_cost_quadratic(dims):
     assert step_multiply_adds(1, dims) == h * d * (2 * dk + dv) + h * (dk + dv) + h * dv * d
 
 
-@pytest.mark.parametrize("bad", [0, -3, 2.0, True, "4"])
-def test_multiply_add_counts_refuse_bad_n(bad):
-    from mha_lit.kv_cache import recompute_multiply_adds, step_multiply_adds
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (2.0, TypeError),
+                                        (True, TypeError), ("4", TypeError)])
+def test_multiply_add_counts_refuse_bad_n(bad, error):
+    from mha_lit.kv_cache import (
+        products,
+        recompute_multiply_adds,
+        step_multiply_adds,
+    )
 
     for f in (step_multiply_adds, recompute_multiply_adds):
-        with pytest.raises(ValueError, match="n must be a positive number of tokens"):
+        with pytest.raises(error, match="n must be a positive integer"):
             f(bad, Dims())
+    with pytest.raises(error, match="n must be a positive integer"):
+        products(1, bad, Dims())
+    with pytest.raises(error, match="rows must be a positive integer"):
+        products(bad, 3, Dims())
+
+
+@pytest.mark.parametrize("dims", PRIME_DIMS + [Dims(tokens=5, d_model=7, d_k=3, d_v=13, heads=6, kv_heads=2)],
+                         ids=str)
+@pytest.mark.parametrize("rows, n", [(1, 1), (1, 9), (4, 9), (9, 9)])
+def test_products_are_the_shapes_of_each_head_then_W_O(dims, rows, n):
+    from mha_lit.kv_cache import (
+        products,
+        recompute_multiply_adds,
+        step_multiply_adds,
+    )
+
+    d, dk, dv, h, h_kv = dims.d_model, dims.d_k, dims.d_v, dims.heads, dims.kv_heads
+    shapes = products(rows, n, dims)
+    assert shapes == ([(rows, d, dk), (rows, dk, n), (rows, n, dv)] * h
+                      + [(rows, d, dk), (rows, d, dv)] * h_kv + [(rows, h * dv, d)])
+    work = sum(a * b * c for a, b, c in shapes)
+    if rows == 1:
+        assert work == step_multiply_adds(n, dims)
+    if rows == n:
+        assert work == recompute_multiply_adds(n, dims)
 
 
 
@@ -183,15 +224,14 @@ def test_a_real_step_does_work_linear_in_the_cache_length(dims):
     and W_O are matrix-vector products, the same for every n): the only products
     that touch the cache are one row of scores and one weighted sum of values per
     head, h (n + 1)(d_k + d_v) multiply-adds, so a step is O(n d), never O(n^2 d)."""
-    from mha_lit import counting
-
     W = init_weights(dims, seed=11)
     rng = np.random.default_rng(11)
     X = rng.standard_normal((30, dims.d_model))
     for n in (0, 1, 6, 29):
         cache = KVCache(W)
-        cache.extend(X[:n])  # n rows cached
-        with counting.record_matmuls() as log:
+        if n:  # (an empty block is test_extend_equals_steps_and_appending_keeps_earlier_outputs's)
+            cache.extend(X[:n])  # n rows cached
+        with trace.record_matmuls() as log:
             y = cache.step(log.track(X[n]))
         assert len(cache) == n + 1
         shapes = [r.out_shape for r in log.records]
@@ -206,14 +246,14 @@ def test_a_real_step_does_work_linear_in_the_cache_length(dims):
 @pytest.mark.parametrize("dims", PRIME_DIMS, ids=str)
 def test_steps_with_biases_equal_reference_and_fast_path(dims, dtype, tol):
     """Random non-zero biases: reference = fast path = KV cache, step by step (to rounding)."""
-    from mha_lit import multi_head_attention_reference
+    from mha_lit.variants import reference
 
     W = init_weights(dims, seed=31, dtype=dtype, biases=True)
     assert all(np.any(b != 0) for b in (W.b_Q, W.b_K, W.b_V, W.b_O))
     X = np.random.default_rng(32).standard_normal((dims.tokens + 4, dims.d_model)).astype(dtype)
     cache = KVCache(W, capacity=2)
     Y_steps = np.stack([cache.step(x) for x in X])
-    Y_ref = multi_head_attention_reference(X, W)
+    Y_ref = reference(X, W)
     assert Y_steps.dtype == dtype
     assert np.allclose(Y_steps, Y_ref, rtol=0, atol=tol)
     assert np.allclose(multi_head_attention(X, W), Y_ref, rtol=0, atol=tol)
@@ -224,13 +264,11 @@ def test_steps_with_biases_equal_reference_and_fast_path(dims, dtype, tol):
 
 def test_a_step_with_biases_records_the_same_products():
     """Adding a bias is not a matrix product: a step still makes the same two products."""
-    from mha_lit import counting
-
     W = init_weights(seed=33, biases=True)
     X = np.random.default_rng(33).standard_normal((4, 5))
     cache = KVCache(W)
     cache.extend(X[:3])
-    with counting.record_matmuls() as log:
+    with trace.record_matmuls() as log:
         y = cache.step(log.track(X[3]))
     assert [r.out_shape for r in log.records] == [(1, 2, 1, 4), (1, 2, 1, 11)]
     assert np.allclose(y, multi_head_attention(X, W)[-1], rtol=0, atol=1e-12)
@@ -325,9 +363,9 @@ def test_prompts_of_different_lengths_with_a_key_mask():
         (lambda c: c.step(np.full((3, 5), np.nan)), r"x of shape \(3, 5\) holds 15 NaN"),
         (lambda c: c.extend(np.ones((3, 4, 6))), r"X \(B, m, d_model\), with d_model = 5 and B = 3"),
         (lambda c: c.extend(np.ones((3, 4, 5)), key_mask=np.ones((3, 5), bool)),
-         r"key_mask must be a boolean array of shape \(3, 4\), got bool \(3, 5\)"),
+         r"key_mask has shape \(3, 5\) but needs one entry per token of X \(3, 4, 5\), shape \(3, 4\)"),
         (lambda c: c.extend(np.ones((3, 4, 5)), key_mask=np.ones((3, 4))),
-         r"key_mask must be a boolean array"),
+         r"key_mask must be boolean .* got dtype float64 \(shape \(3, 4\)\)"),
     ],
 )
 def test_a_refused_batch_input_leaves_every_cache_intact(call, message):
@@ -349,9 +387,18 @@ def test_a_refused_batch_input_leaves_every_cache_intact(call, message):
 
 
 def test_batch_must_be_a_positive_integer():
-    for bad in (0, -1, 2.0, True):
-        with pytest.raises(ValueError, match="batch must be a positive integer"):
+    for bad, error in ((0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError),
+                       ("2", TypeError)):
+        with pytest.raises(error, match="batch must be a positive integer"):
             KVCache(init_weights(), batch=bad)
+
+
+def test_capacity_must_be_a_positive_integer():
+    for bad, error in ((0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError),
+                       (None, TypeError)):
+        with pytest.raises(error, match="capacity must be a positive integer"):
+            KVCache(init_weights(), capacity=bad)
+    assert KVCache(init_weights(), capacity=np.int64(3)).capacity == 3
 
 
 @pytest.mark.parametrize("x_dtype, w_dtype", [(np.float64, np.float32), (np.float32, np.float64),
@@ -443,3 +490,16 @@ def test_truncate_and_reset():
     cache.reset()
     assert len(cache) == 0 and np.allclose(cache.extend(X[:2]), multi_head_attention(X[:2], W),
                                            rtol=0, atol=1e-12)
+
+
+def test_repr_names_rows_heads_and_the_variants():
+    W = init_weights(seed=50)
+    cache = KVCache(W)
+    assert repr(cache) == "KVCache(rows=0, heads=2, d_k=7, d_v=11)"
+    cache.extend(np.ones((3, 5)))
+    assert repr(cache) == "KVCache(rows=3, heads=2, d_k=7, d_v=11)"
+    G = init_weights(Dims(d_model=5, d_k=6, d_v=11, heads=4, kv_heads=2), seed=50)
+    batched = KVCache(G, batch=2, rope_base=10000.0, window=4)
+    batched.extend(np.ones((2, 2, 5)), key_mask=np.array([[True, True], [True, False]]))
+    assert repr(batched) == ("KVCache(batch=2, rows=[2, 1], heads=4, kv_heads=2, d_k=6, d_v=11, "
+                             "rope_base=10000, window=4)")

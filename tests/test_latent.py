@@ -15,11 +15,11 @@ from mha_lit import (  # noqa: E402
     Dims,
     Weights,
     counting,
+    models,
     multi_head_attention,
     plots,
     symbolic,
 )
-from mha_lit.counting import record_matmuls  # noqa: E402
 from mha_lit.kv_cache import step_multiply_adds  # noqa: E402
 from mha_lit.latent import (  # noqa: E402
     PUBLISHED,
@@ -35,6 +35,7 @@ from mha_lit.latent import (  # noqa: E402
     mha_cache_bytes,
 )
 from mha_lit.rope import rotate  # noqa: E402
+from mha_lit.trace import record_matmuls  # noqa: E402
 
 TOL = 1e-12  # float64 rounding of sums of a few dozen terms of size about 1
 
@@ -212,9 +213,9 @@ def test_cache_bytes_for_published_sizes_and_consistency_with_chapter_12():
     assert mha_cache_bytes(v3) == 2 * 61 * 128 * 128 * 2
     assert latent_cache_bytes(v3, tokens=1000, bytes_per_value=1) == 1000 * 61 * 576
     # multi-head attention's count is chapter 12's kv_cache_bytes for a GPT model
-    gpt3 = counting.PRESETS["gpt3-175b"]
-    as_latent = LatentDims(d_model=gpt3.d_model, heads=gpt3.n_heads, d_k=gpt3.d_head,
-                           d_v=gpt3.d_head, d_c=512, d_r=64, layers=gpt3.n_layers)
+    gpt3 = models.PRESETS["gpt3-175b"]
+    as_latent = LatentDims(d_model=gpt3.d_model, heads=gpt3.heads, d_k=gpt3.d_k,
+                           d_v=gpt3.d_k, d_c=512, d_r=64, layers=gpt3.layers)
     assert mha_cache_bytes(as_latent, 2048) == counting.kv_cache_bytes(gpt3, 2048)
     # one decoding step of MHA: chapter 7's count, so the three can be compared
     d = Dims(tokens=1, d_model=5, d_k=7, d_v=11, heads=2)
@@ -223,16 +224,19 @@ def test_cache_bytes_for_published_sizes_and_consistency_with_chapter_12():
         latent_cache_bytes(v3, tokens=0)
 
 
-def test_published_sizes_agree_with_chapter_18s_configuration():
-    # the same paper's sizes are kept twice: here and in counting.MODELS
-    v3, cfg = PUBLISHED["deepseek-v3"], counting.MODELS["deepseek-v3"].config
-    assert (v3.layers, v3.d_model, v3.heads) == (cfg.n_layers, cfg.d_model, cfg.n_heads)
-    assert v3.d_k == v3.d_v == cfg.d_head
-    assert (v3.d_c, v3.d_r) == (cfg.latent.d_c, cfg.latent.d_r)
-    # DeepSeek-V2: the same attention sizes in a narrower, shallower model
-    v2 = PUBLISHED["deepseek-v2"]
+def test_deepseek_v2_has_v3s_attention_sizes_in_a_narrower_shallower_model():
+    v2, v3 = PUBLISHED["deepseek-v2"], PUBLISHED["deepseek-v3"]
     assert (v2.heads, v2.d_k, v2.d_v, v2.d_c, v2.d_r) == (v3.heads, v3.d_k, v3.d_v, v3.d_c, v3.d_r)
     assert (v2.layers, v2.d_model) == (60, 5120)
+
+
+def test_latent_dims_of_a_configuration_needs_mla():
+    cfg = models.DecoderConfig(3, 35, 5, 77, 13, 11, d_k=6, latent=models.LatentKV(d_c=9, d_r=4))
+    assert LatentDims.of(cfg) == LatentDims(d_model=35, heads=5, d_k=6, d_v=6, d_c=9, d_r=4, layers=3)
+    with pytest.raises(TypeError, match="needs the DecoderConfig of an MLA model, got GQA"):
+        LatentDims.of(models.MODELS["llama3-8b"].config)
+    with pytest.raises(TypeError, match="got MHA"):
+        LatentDims.of(models.PRESETS["gpt3-175b"])
 
 
 def test_init_is_reproducible_and_scaled_by_fan_in():
@@ -333,7 +337,43 @@ def test_latent_cache_cells_draws_one_cell_per_cached_number(heads, d_k, d_v, d_
 
 
 def test_latent_cache_cells_refuses_bad_sizes():
-    with pytest.raises(ValueError, match="d_c = 0"):
+    with pytest.raises(ValueError, match="d_c must be a positive integer, got 0"):
         plots.latent_cache_cells(d_c=0)
+    with pytest.raises(TypeError, match="heads must be a positive integer, got True"):
+        plots.latent_cache_cells(heads=True)
     with pytest.raises(ValueError, match="too long"):
         plots.latent_cache_cells(heads=128, d_k=128, d_v=128, d_c=512, d_r=64)
+
+
+# --- mutation-test gaps (shared/reviews/mutation.md): a refusal and the 120-cell limit -------
+
+def test_latent_multiply_adds_refuses_more_query_rows_than_positions():
+    """m query rows attend to n >= m positions (latent-46); m = n, the prefill, is allowed."""
+    dims = LatentDims()
+    with pytest.raises(ValueError, match=r"m = 3 query rows need at least as many positions, got n = 2"):
+        latent_multiply_adds(3, 2, dims)
+    with pytest.raises(ValueError, match=r"got n = 1"):
+        latent_multiply_adds(2, 1, dims, absorbed=False)
+    assert latent_multiply_adds(3, 3, dims) > latent_multiply_adds(1, 3, dims) > 0
+
+
+@pytest.mark.parametrize("sizes, mha, mla", [
+    (dict(heads=2, d_k=30, d_v=30, d_c=8, d_r=8), 120, 16),  # MHA's row: exactly 120
+    (dict(heads=1, d_k=3, d_v=5, d_c=112, d_r=8), 8, 120),  # MLA's row: exactly 120
+])
+def test_latent_cache_cells_draws_rows_of_exactly_120_cells(sizes, mha, mla):
+    """The docstring: "At most 120 cells a row", so 120 is drawn (plots.part3-76)."""
+    fig = plots.latent_cache_cells(**sizes)
+    gids = [p.get_gid() for p in fig.axes[0].patches]
+    assert gids.count("key") + gids.count("value") == mha
+    assert gids.count("latent") + gids.count("rotary") == mla
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("sizes, message", [
+    (dict(heads=1, d_k=60, d_v=61, d_c=8, d_r=8), r"rows of 121 and 16 cells are too long \(at most 120\)"),
+    (dict(heads=1, d_k=3, d_v=5, d_c=113, d_r=8), r"rows of 8 and 121 cells are too long \(at most 120\)"),
+])
+def test_latent_cache_cells_refuses_121_cells(sizes, message):
+    with pytest.raises(ValueError, match=message):
+        plots.latent_cache_cells(**sizes)

@@ -19,6 +19,10 @@ out here from the sources (`_toc.yml`, `_config.yml`, the notebooks and Markdown
 - a page count that fits the amount of content (see `test_page_count_fits_the_content`).
 
 Without Chromium (or Playwright) the tests skip and say why; with CI=true they fail instead.
+
+Every test here is marked `book`. Under pytest-xdist, this module and tests/test_browser.py are
+one unit of work (see `xdist_unit` in conftest.py): both build into `_build/` (its
+`jupyter_execute/` too), so one worker runs them one after the other.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 
 
 PAGES = book_pages.toc_pages()
+pytestmark = pytest.mark.book
 
 
 def _cannot_run(reason: str):
@@ -98,9 +103,12 @@ CHAPTERS = _chapters()
 def _printed_text_of_cells() -> list[tuple[str, str, bool]]:
     """(page, line, volatile) for every line of code and of text output of every code cell.
 
-    An output is volatile when its cell says `# NBVAL_IGNORE_OUTPUT` (timings, machine rates):
-    the book's build runs the notebook again, so its numbers differ from the stored ones.
+    An output is volatile when its cell says `# NBVAL_IGNORE_OUTPUT` (timings, machine rates)
+    and the book's build runs the notebooks again (`execute_notebooks` other than "off" in
+    _config.yml): its numbers then differ from the stored ones. The book as configured renders
+    the stored outputs, so nothing is volatile and every stored line must be printed as is.
     """
+    executes = str(CONFIG.get("execute", {}).get("execute_notebooks", "auto")) not in ("off", "False")
     lines = []
     for page in PAGES:
         for cell in _markdown_and_cells(page)[1]:
@@ -112,8 +120,8 @@ def _printed_text_of_cells() -> list[tuple[str, str, bool]]:
                 lines += [(page, line, False) for line in source.splitlines()]
             if "remove-output" in tags:
                 continue
-            volatile = bool(re.search(r"^# NBVAL_(IGNORE_OUTPUT|SKIP)", source, re.M)) or any(
-                tag in tags for tag in ("nbval-ignore-output", "nbval-skip"))
+            volatile = executes and (bool(re.search(r"^# NBVAL_(IGNORE_OUTPUT|SKIP)", source, re.M)) or any(
+                tag in tags for tag in ("nbval-ignore-output", "nbval-skip")))
             for output in cell.get("outputs", []):
                 data = output.get("data", {})
                 if output["output_type"] == "stream":

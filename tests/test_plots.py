@@ -409,3 +409,91 @@ def test_causal_block_grid_kinds_match_a_brute_force_count(n, block):
 def _close_figures():
     yield
     plt.close("all")
+
+
+# --- mutation-test gaps (shared/reviews/mutation.md): numbering, layout, a refusal -----------
+
+@pytest.mark.parametrize("shapes", [[(3, 5), (3, 5)], [(2, 4), (4, 1), (2, 1)], [(1, 7)]])
+def test_matrix_panels_number_columns_and_rows_from_1(shapes):
+    """The book counts from 1: every panel's columns are 1 .. cols, its rows 1 .. rows
+    by default (plots.part1-601)."""
+    matrices = [np.arange(r * c, dtype=float).reshape(r, c) for r, c in shapes]
+    fig = plots.matrix_panels(matrices, [f"M{k}" for k in range(len(shapes))])
+    assert len(fig.axes) == len(shapes)
+    for ax, (r, c) in zip(fig.axes, shapes):
+        assert [t.get_text() for t in ax.get_xticklabels()] == [str(j) for j in range(1, c + 1)]
+        assert [t.get_text() for t in ax.get_yticklabels()] == [str(i) for i in range(1, r + 1)]
+        assert list(ax.get_xticks()) == list(range(c))  # label j + 1 on column j
+
+
+class _SvgParts(HTMLParser):
+    def __init__(self, html):
+        super().__init__()
+        self.svgs, self.texts, self._text = [], [], None
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "svg":
+            self.svgs.append({"viewBox": attrs["viewbox"], "cells": [], "texts": []})
+        elif tag == "rect" and "data-i" in attrs:
+            self.svgs[-1]["cells"].append(attrs)
+        elif tag == "text":
+            self._text = attrs
+
+    def handle_data(self, data):
+        if self._text is not None:
+            self.svgs[-1]["texts"].append((data, self._text))
+            self._text = None
+
+
+@pytest.mark.parametrize("h, n, m", [(1, 3, 3), (2, 3, 3), (2, 2, 5)])
+def test_interactive_heatmaps_put_the_key_label_below_the_grid_inside_the_picture(h, n, m):
+    """The "key" axis label sits under the last row of cells and inside the SVG's viewBox
+    (plots.part1-625); the token labels of the keys sit between the grid and it."""
+    S = np.full((h, n, m), 1.0 / m)
+    svgs = _SvgParts(plots.interactive_heatmaps(S, causal=False).html).svgs
+    assert len(svgs) == h
+    for svg in svgs:
+        _, _, width, height = (float(v) for v in svg["viewBox"].split())
+        cells = svg["cells"]
+        assert len(cells) == n * m
+        bottom = max(float(c["y"]) + float(c["height"]) for c in cells)
+        right = max(float(c["x"]) + float(c["width"]) for c in cells)
+        assert bottom < height and right < width
+        texts = {text: attrs for text, attrs in svg["texts"]}
+        key = texts["key (the token attended to)"]
+        assert bottom < float(key["y"]) <= height
+        left = min(float(c["x"]) for c in cells)
+        assert left < float(key["x"]) < right  # centred under the grid
+        column_ys = [float(a["y"]) for t, a in svg["texts"]
+                     if t.startswith("token ") and a["text-anchor"] == "middle"]
+        assert len(column_ys) == m and all(bottom < y < float(key["y"]) for y in column_ys)
+
+
+@pytest.mark.parametrize("h, n, m", [(1, 3, 3), (1, 2, 7), (2, 2, 5), (3, 1, 4)])
+def test_interactive_heatmaps_default_figure_has_an_inch_per_key(monkeypatch, h, n, m):
+    """For one head, or n < m, the PNG's figure is h attention_heatmap panels side by side:
+    1 inch for each of the m keys of every panel, plus 1.8 (plots.part1-745)."""
+    closed = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (closed.append(fig), close(fig)))
+    S = np.full((h, n, m), 1.0 / m)
+    plots.interactive_heatmaps(S, causal=False)
+    figs = [f for f in closed if isinstance(f, plt.Figure)]
+    assert len(figs) == 1 and len(figs[0].axes) == h
+    width, height = figs[0].get_size_inches()
+    assert width == pytest.approx(1.0 * m * h + 1.8) and height == pytest.approx(0.9 * n + 1.5)
+
+
+@pytest.mark.parametrize("O, E, X", [
+    (np.ones(3), np.ones((3, 2)), np.ones((1, 2))),
+    (np.eye(3), np.ones(3), np.ones((3, 3))),
+    (np.eye(3), np.ones((3, 2)), np.ones((1, 3, 2))),
+    (np.ones((1, 3, 3)), np.ones((3, 2)), np.ones((3, 2))),
+])
+def test_one_hot_product_refuses_non_matrices(O, E, X):
+    """Each of O, E, X must be 2-D; the refusal names the three shapes (plots.part2-0)."""
+    shapes = ", ".join(str(np.shape(a)) for a in (O, E, X))
+    with pytest.raises(ValueError, match=re.escape(f"O, E, X must be matrices, got shapes {shapes}")):
+        plots.one_hot_product(O, E, X)

@@ -5,15 +5,17 @@ order; a product can then round differently in its last bits, and differently ag
 matrix gains a row. Strict nbval on one machine cannot see a stored output or an ``assert``
 that depends on those bits. Two guards can:
 
-1. ``test_notebooks_reproduce_when_products_sum_in_another_order`` re-executes every notebook
-   of ``_toc.yml`` in a Jupyter kernel that loads ``reorder_sums``: every ``@`` in the cells
+1. ``test_notebook_reproduces_when_products_sum_in_another_order`` re-executes every notebook
+   of ``_toc.yml`` (one test per notebook, so pytest-xdist spreads them over its workers) in a
+   Jupyter kernel that loads ``reorder_sums``: every ``@`` in the cells
    and in ``mha_lit`` sums in another order, chosen by the shapes and the line of code (see
    that module), and, on a CPU with AVX-512, NumPy's own vectorised functions (``exp``, for
    one) run their AVX2 versions, as on most laptops. Every cell must still run, every ``assert`` hold and every stored output match.
 2. ``test_no_stored_output_shows_rounding_noise`` reads the stored outputs: no number of
    rounding size (a difference of 1e-17) and no "bit for bit" claim about a computed value.
 
-The OpenBLAS environment variables are left as the machine sets them.
+The OpenBLAS environment variables are left as the machine sets them. Every test here is
+marked `book`: ``-m "not book"`` leaves the guard out.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def _toc_notebooks() -> list[Path]:
 
 
 TOC_NOTEBOOKS = _toc_notebooks()
+pytestmark = pytest.mark.book
 
 SHAPES = [(3, 5, 7), (4, 5, 7), (2, 11, 3), (13, 22, 5), (1, 17, 19)]
 
@@ -155,25 +158,29 @@ def _write_kernel_spec(jupyter_path: Path) -> None:
     (folder / "kernel.json").write_text(json.dumps(spec, indent=1))
 
 
-def test_notebooks_reproduce_when_products_sum_in_another_order(tmp_path):
+def test_the_guard_covers_every_notebook_of_the_toc():
+    pages = {ROOT / f"{page}.ipynb" for page in book_pages.toc_pages()}
     assert TOC_NOTEBOOKS, "no notebook found in _toc.yml"
+    assert set(TOC_NOTEBOOKS) == {page for page in pages if page.exists()}
+
+
+@pytest.mark.parametrize("path", TOC_NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_reproduces_when_products_sum_in_another_order(path, tmp_path):
     _write_kernel_spec(tmp_path)
     env = dict(os.environ)
     env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("JUPYTER_PATH")]))
     command = [
         sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider",
-        "--nbval", "--nbval-kernel-name", KERNEL,
+        "-p", "no:xdist", "--nbval", "--nbval-kernel-name", KERNEL,
         "--nbval-sanitize-with", "book/nbval_sanitize.cfg",
-        "-q", "--no-header", "-rf", "--color=no",
-        *(str(p.relative_to(ROOT)) for p in TOC_NOTEBOOKS),
+        "-q", "--no-header", "-rf", "--color=no", str(path.relative_to(ROOT)),
     ]
-    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     report = (run.stdout + run.stderr)[-12000:]
     assert run.returncode == 0, (
-        "a stored output or an assert depends on the order in which products sum "
+        f"{path.name}: a stored output or an assert depends on the order in which products sum "
         "(as it differs between CPUs):\n" + report)
-    cells = sum(1 for p in TOC_NOTEBOOKS for c in json.loads(p.read_text())["cells"]
-                if c["cell_type"] == "code")
+    cells = sum(1 for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
     assert re.search(rf"\b{cells} passed\b", run.stdout), report
 
 

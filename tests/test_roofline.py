@@ -11,9 +11,9 @@ import pytest  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from mha_lit import counting, plots, roofline  # noqa: E402
+from mha_lit import counting, models, plots, roofline  # noqa: E402
 
-GPT2, GPT3 = counting.PRESETS["gpt2-small"], counting.PRESETS["gpt3-175b"]
+GPT2, GPT3 = models.PRESETS["gpt2-small"], models.PRESETS["gpt3-175b"]
 
 
 def test_intensity_of_the_book_shapes_and_its_small_m_limit():
@@ -60,11 +60,11 @@ def test_layer_products_count_the_layer_and_the_cache():
     prefill = roofline.layer_products(GPT2, 1024, 1024, bytes_per_value=4)
     flops = sum(p.flops for p in prefill)
     bd = counting.flops_breakdown(GPT2, 1024)
-    assert flops * GPT2.n_layers == sum(v for k, v in bd.items() if k != "output layer")
+    assert flops * GPT2.layers == sum(v for k, v in bd.items() if k != "output layer")
     # one decoding step: weight bytes once, plus every head's cache, plus small vectors
     step = roofline.layer_products(GPT3, 1, 2048, batch=1, bytes_per_value=2)
     weights = 2 * (12 * GPT3.d_model**2)
-    cache = counting.kv_cache_bytes(GPT3, 2048) / GPT3.n_layers
+    cache = counting.kv_cache_bytes(GPT3, 2048) / GPT3.layers
     total = sum(p.bytes for p in step)
     assert weights + cache < total < 1.01 * (weights + cache)
     # batching shares the weights, not the cache
@@ -83,7 +83,7 @@ def test_compute_bound_batch_is_the_first_batch_past_the_ridge():
             d = cfg.d_model
             assert roofline.matmul_intensity(B, d, d, 2) >= acc.ridge_point
             assert roofline.matmul_intensity(B - 1, d, d, 2) < acc.ridge_point
-    tiny = counting.TransformerConfig(1, 64, 4, 256, 13, 16)  # limit 64 FLOPs/byte
+    tiny = models.TransformerConfig(1, 64, 4, 256, 13, 16)  # limit 64 FLOPs/byte
     with pytest.raises(ValueError, match="never reaches"):
         roofline.compute_bound_batch(tiny, roofline.ACCELERATORS["H100"])
 
@@ -144,10 +144,107 @@ def test_roofline_plot_puts_points_on_their_roof():
 def test_gpt_only_counts_refuse_other_blocks():
     """layer_products and compute_bound_batch count a GPT block; a Llama-style
     DecoderConfig (grouped heads, SwiGLU) is refused, not silently miscounted."""
-    from mha_lit.counting import MODELS
+    from mha_lit.models import MODELS
 
     cfg = MODELS["llama2-70b"].config  # 64 query heads, 8 key/value heads
-    with pytest.raises(TypeError, match="layer_products"):
+    with pytest.raises(TypeError, match="layer_products needs a TransformerConfig"):
         roofline.layer_products(cfg, 1, 16)
-    with pytest.raises(TypeError, match="compute_bound_batch"):
+    with pytest.raises(TypeError, match="compute_bound_batch needs a TransformerConfig"):
         roofline.compute_bound_batch(cfg, roofline.ACCELERATORS["H100"])
+
+
+# --- mutation-test gaps (shared/reviews/mutation.md): datasheets, measure_rates, the roofs ----
+
+KiB, MiB = 2**10, 2**20
+# Every field of ACCELERATORS, as published (roofline-37, -90, -109, -168, -178). Rates, HBM
+# bandwidth and capacity: the datasheets the entries cite (nvidia2017v100, nvidia2020a100,
+# nvidia2022h100, nvidia2024h200 in book/references.bib); dense 16-bit tensor-core rates.
+# On-chip sizes (L2, shared memory per SM, register file per SM, SM count): the architecture
+# whitepapers, Volta (V100: 6 MB L2, up to 96 KB shared memory per SM, 80 SMs), Ampere (A100:
+# 40 MB L2, up to 164 KB, 108 SMs) and Hopper (nvidia2022hopper; H100 SXM5: 50 MB L2, up to
+# 228 KB, 132 SMs); H200 is the same GH100 chip with more HBM. Every SM: 65,536 32-bit
+# registers = 256 KiB. On-chip capacities are binary (a datasheet's "50 MB" of L2 is 50 MiB).
+DATASHEETS = {
+    "V100": dict(name="NVIDIA V100 SXM2 32 GB", peak_flops=125e12, precision="fp16",
+                 bandwidth=900e9, memory=32e9, l2=6 * MiB, sram_per_sm=96 * KiB,
+                 registers_per_sm=256 * KiB, sms=80, source="nvidia2017v100"),
+    "A100": dict(name="NVIDIA A100 SXM4 80 GB", peak_flops=312e12, precision="bf16",
+                 bandwidth=2039e9, memory=80e9, l2=40 * MiB, sram_per_sm=164 * KiB,
+                 registers_per_sm=256 * KiB, sms=108, source="nvidia2020a100"),
+    "H100": dict(name="NVIDIA H100 SXM5 80 GB", peak_flops=989e12, precision="bf16",
+                 bandwidth=3.35e12, memory=80e9, l2=50 * MiB, sram_per_sm=228 * KiB,
+                 registers_per_sm=256 * KiB, sms=132, source="nvidia2022h100"),
+    "H200": dict(name="NVIDIA H200 SXM 141 GB", peak_flops=989e12, precision="bf16",
+                 bandwidth=4.8e12, memory=141e9, l2=50 * MiB, sram_per_sm=228 * KiB,
+                 registers_per_sm=256 * KiB, sms=132, source="nvidia2024h200"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(DATASHEETS))
+def test_every_accelerator_field_is_its_datasheets(key):
+    acc = roofline.ACCELERATORS[key]
+    for field, value in DATASHEETS[key].items():
+        assert getattr(acc, field) == value, (key, field)
+    assert set(roofline.ACCELERATORS) == set(DATASHEETS)
+    # and the hierarchy the chapter draws: registers and shared memory of one SM < L2 < HBM
+    assert acc.sram_per_sm < acc.l2 < acc.memory and acc.registers_per_sm < acc.l2
+
+
+def test_h200_is_an_h100_with_more_and_faster_memory():
+    h100, h200 = roofline.ACCELERATORS["H100"], roofline.ACCELERATORS["H200"]
+    for field in ("peak_flops", "precision", "l2", "sram_per_sm", "registers_per_sm", "sms"):
+        assert getattr(h200, field) == getattr(h100, field), field
+    assert h200.memory > h100.memory and h200.bandwidth > h100.bandwidth
+
+
+class _Clock:
+    """A fake time.perf_counter: the k-th timed run takes durations[k] seconds."""
+
+    def __init__(self, durations):
+        self.ticks, now = [], 0.0
+        for d in durations:
+            self.ticks += [now, now + d]
+            now += d + 1000.0
+        self.ticks.reverse()
+
+    def perf_counter(self):
+        return self.ticks.pop()
+
+
+@pytest.mark.parametrize("dtype, stream_bytes", [(np.float32, 2**15), (np.float64, 2**16)])
+def test_measure_rates_formulas_with_a_fake_clock(monkeypatch, dtype, stream_bytes):
+    """The rates are 2 size^3 / t_matmul, 2 M.size / t_matvec, M.nbytes / t_matvec and
+    2 M.nbytes / t_copy (read + write), each t the best of `repeats` runs (roofline-234).
+    A fake clock makes them exact: runs in the docstring's order, matmul, matvec, copy."""
+    size = 8
+    clock = _Clock([2.0, 3.0, 5.0, 4.0, 0.25, 0.5])  # repeats=2: best 2.0, 4.0 and 0.25
+    monkeypatch.setattr(roofline, "time", clock)
+    rates = roofline.measure_rates(dtype, size=size, stream_bytes=stream_bytes, repeats=2)
+    assert not clock.ticks  # exactly two timed runs of each
+    itemsize = np.dtype(dtype).itemsize  # the matrix holds stream_bytes bytes (1024 columns)
+    assert rates == {"matmul": 2 * size**3 / 2.0,
+                     "matvec": 2 * (stream_bytes // itemsize) / 4.0,
+                     "bandwidth": stream_bytes / 4.0,
+                     "copy": 2 * stream_bytes / 0.25}
+
+
+def test_roofline_plot_draws_each_roof_as_min_of_peak_and_intensity_times_bandwidth():
+    """Each roof line's y is min(peak, x * bandwidth) at its x (plots.part2-161), bound by
+    memory below the ridge peak / bandwidth and flat at the peak above it."""
+    ceilings = {"cpu": (100.0, 10.0), "gpu": (1000.0, 5.0), "h100": (989e12, 3.35e12)}
+    fig = plots.roofline(ceilings)
+    ax = fig.axes[0]
+    lines = {ln.get_gid(): ln for ln in ax.lines if ln.get_gid()}
+    for label, (peak, bw) in ceilings.items():
+        x, y = (np.asarray(a) for a in lines[f"roof:{label}"].get_data())
+        assert np.array_equal(y, np.minimum(peak, x * bw)), label
+        ridge = peak / bw
+        assert x.min() < ridge < x.max()
+        assert np.array_equal(y[x < ridge], x[x < ridge] * bw) and np.all(y[x >= ridge] == peak)
+        assert f"{label}: ridge at {ridge:,.1f} FLOPs/byte" in [t.get_text() for t in ax.get_legend().get_texts()]
+    # the ridge marks sit at (peak / bandwidth, peak)
+    marks = {(float(ln.get_xdata()[0]), float(ln.get_ydata()[0])) for ln in ax.lines if ln.get_marker() == "|"}
+    assert marks == {(peak / bw, peak) for peak, bw in ceilings.values()}
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -15,12 +15,13 @@ from mha_lit import (  # noqa: E402
     KVCache,
     attention,
     init_weights,
+    masks,
     multi_head_attention,
-    multi_head_attention_reference,
     plots,
     rope,
 )
 from mha_lit.shapes import Weights  # noqa: E402
+from mha_lit.variants import reference
 
 # even d_k (RoPE turns pairs), twice a prime where possible; the chapter's is the first
 ROPE_DIMS = [
@@ -204,7 +205,7 @@ def test_positions_that_do_not_fit_the_rows_are_refused_naming_both_shapes(posit
 
 @pytest.mark.parametrize("x, error, message", [
     (np.ones(14), ValueError, r"x \(\.\.\., n, d\), got shape \(14,\)"),
-    (np.ones((3, 0)), ValueError, r"at least 2"),
+    (np.ones((3, 0)), ValueError, r"RoPE width d must be a positive integer, got 0"),
     (np.array([[True, False]]), TypeError, r"real numbers, got dtype bool"),
 ])
 def test_bad_rows_are_refused(x, error, message):
@@ -236,7 +237,7 @@ def test_a_base_that_is_not_a_real_number_above_1_is_refused(base):
 
 def test_attention_with_rope_refuses_an_odd_d_k_naming_the_shape():
     W = init_weights(Dims(), seed=0)  # d_k = 7
-    for run in (multi_head_attention, multi_head_attention_reference):
+    for run in (multi_head_attention, reference):
         with pytest.raises(ValueError, match=r"d_k must be even.*\(2, 5, 7\).*d_k = 7"):
             run(np.ones((3, 5)), W, rope_base=BASE)
     with pytest.raises(ValueError, match=r"even"):
@@ -257,6 +258,7 @@ def _by_hand(X, W, base, offset=0, causal=True):
     Positions offset .. offset + n - 1; query head i uses K/V head i // g.
     """
     positions = offset + np.arange(len(X))  # (n,)
+    mask = masks.causal(len(X)) if causal else None
     heads = []
     for i in range(W.heads):
         j = i // W.group
@@ -264,7 +266,7 @@ def _by_hand(X, W, base, offset=0, causal=True):
         K = X @ W.W_K[j] + (W.b_K[j] if W.has_biases else 0)  # (n, d_k)
         V = X @ W.W_V[j] + (W.b_V[j] if W.has_biases else 0)  # (n, d_v): no rotation
         heads.append(attention(rope.rotate(Q, positions, base),
-                               rope.rotate(K, positions, base), V, causal))
+                               rope.rotate(K, positions, base), V, mask))
     return np.concatenate(heads, axis=1) @ W.W_O + (W.b_O if W.has_biases else 0)
 
 
@@ -274,7 +276,7 @@ def _by_hand(X, W, base, offset=0, causal=True):
 def test_reference_fast_and_the_definition_agree(dims, causal, biases):
     X, W = _case(dims, seed=dims.tokens, biases=biases)
     Y = multi_head_attention(X, W, causal, rope_base=BASE)
-    Y_ref = multi_head_attention_reference(X, W, causal, rope_base=BASE)
+    Y_ref = reference(X, W, causal, rope_base=BASE)
     assert Y.shape == X.shape
     assert np.allclose(Y, Y_ref, rtol=0, atol=1e-12)
     assert np.allclose(Y_ref, _by_hand(X, W, BASE, causal=causal), rtol=0, atol=1e-12)
@@ -287,7 +289,7 @@ def test_float32_with_rope(dims):
     X, W = _case(dims, seed=3, dtype=np.float32)
     Y = multi_head_attention(X, W, rope_base=BASE)
     assert Y.dtype == np.float32
-    assert np.allclose(Y, multi_head_attention_reference(X.astype(np.float64),
+    assert np.allclose(Y, reference(X.astype(np.float64),
                                                          W.astype(np.float64),
                                                          rope_base=BASE), atol=1e-5)
 
@@ -322,7 +324,7 @@ def test_half_split_with_permuted_W_Q_W_K_is_the_adjacent_pairs_model(dims):
     for i in range(W.heads):
         Q = rope.rotate(X @ W.W_Q[i] + W.b_Q[i], positions, BASE, interleaved=True)
         K = rope.rotate(X @ W.W_K[i] + W.b_K[i], positions, BASE, interleaved=True)
-        heads.append(attention(Q, K, X @ W.W_V[i] + W.b_V[i]))
+        heads.append(attention(Q, K, X @ W.W_V[i] + W.b_V[i], masks.causal(len(X))))
     Y_adjacent = np.concatenate(heads, axis=1) @ W.W_O + W.b_O
     W_half = Weights(W.W_Q[..., perm], W.W_K[..., perm], W.W_V, W.W_O,
                      W.b_Q[..., perm], W.b_K[..., perm], W.b_V, W.b_O)
@@ -339,7 +341,7 @@ def test_a_batch_with_a_key_mask_counts_positions_over_real_tokens():
     X = _rows(14, (3, 6, 5))
     mask = np.array([[True] * 6, [False, False, True, True, True, True],
                      [True, True, False, True, False, True]])
-    for run in (multi_head_attention, multi_head_attention_reference):
+    for run in (multi_head_attention, reference):
         Y = run(X, W, key_mask=mask, rope_base=BASE)
         for b in range(3):
             real = mask[b]
@@ -405,6 +407,12 @@ def test_batched_cache_with_a_key_mask_equals_each_sequence_recomputed(dims):
 
 
 # --- the figure ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cols, error", [(0, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_rope_planes_refuses_a_bad_number_of_columns(cols, error):
+    with pytest.raises(error, match="cols must be a positive integer"):
+        plots.rope_planes(4, [0, 1], cols=cols)
+
 
 @pytest.mark.parametrize("d, positions, cols", [(14, range(11), 4), (6, [0, 3, 5, 40], 2),
                                                 (2, [7], 4)])

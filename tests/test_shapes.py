@@ -184,3 +184,40 @@ def test_init_weights_draws_the_documented_distributions():
     for name in ("b_Q", "b_K", "b_V", "b_O"):
         entries = getattr(b, name).ravel()  # N(0, 0.1^2)
         assert abs(entries.mean()) < 0.05 and abs(entries.std() - 0.1) < 0.03, name
+
+
+# --- mutation-test gaps (shared/reviews/mutation.md): frozen, identity equality, zero heads --
+
+def test_weights_are_frozen():
+    """Weights is frozen: fast.fused_weights caches W_QKV^T on the instance, which is
+    only safe because no matrix can be replaced under the cached copy (shapes-41)."""
+    import dataclasses
+
+    W = init_weights(seed=0)
+    for name in ("W_Q", "W_K", "W_V", "W_O", "b_O"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(W, name, getattr(W, name))
+
+
+def test_weights_compare_and_hash_by_identity():
+    """eq=False: == is identity and Weights is hashable; a field-wise __eq__ over ndarrays
+    would raise (ambiguous truth value) and make the class unhashable (shapes-42)."""
+    W, W2 = init_weights(seed=0), init_weights(seed=0)  # the same numbers, two objects
+    assert W == W and W != W2 and not (W == W2)
+    assert {W: 1}[W] == 1 and W2 not in {W: 1}
+    assert W2 not in [W] and W in [W2, W]
+    assert len({W, W2}) == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"W_K": np.zeros((0, 5, 7)), "W_V": np.zeros((0, 5, 11))},
+     r"Weights need positive sizes, got heads=2, kv_heads=0, d_model=5, d_k=7, d_v=11"),
+    ({"W_Q": np.zeros((0, 5, 7)), "W_K": np.zeros((0, 5, 7)), "W_V": np.zeros((0, 5, 11)),
+      "W_O": np.zeros((0, 5))},
+     r"Weights need positive sizes, got heads=0, kv_heads=0, d_model=5, d_k=7, d_v=11"),
+])
+def test_weights_refuse_zero_heads_with_a_value_error(change, message):
+    """Zero (key/value) heads: the documented ValueError, not a ZeroDivisionError from
+    h % h_kv (shapes-53)."""
+    with pytest.raises(ValueError, match=message):
+        Weights(**(_parts() | change))

@@ -16,10 +16,13 @@ from mha_lit import (
     attention_weights,
     fast,
     init_weights,
+    masks,
     multi_head_attention,
-    multi_head_attention_reference,
+    trace,
 )
-from mha_lit.plots import sliding_window_reach, window_reach
+from mha_lit.masks import window_reach
+from mha_lit.plots import sliding_window_reach
+from mha_lit.variants import reference
 from tests.shapes_for_tests import PRIME_DIMS
 
 TOL = 1e-12
@@ -65,12 +68,14 @@ def test_a_window_of_at_least_n_is_causal_attention(dims):
     W = init_weights(dims, seed=3, biases=True)
     X = _inputs(dims, 4)
     Q, K = X @ W.W_Q[0], X @ W.W_K[0]
+    causal = attention_weights(Q, K, masks.causal(n))
     for w in (n, n + 1, 2 * n + 3):
-        assert np.array_equal(attention_weights(Q, K, window=w) == 0, attention_weights(Q, K) == 0)
-        for f in (multi_head_attention, multi_head_attention_reference):
+        assert np.array_equal(masks.band(n, w), masks.causal(n))
+        assert np.array_equal(attention_weights(Q, K, masks.band(n, w)) == 0, causal == 0)
+        for f in (multi_head_attention, reference):
             assert np.allclose(f(X, W, window=w), f(X, W), rtol=0, atol=TOL)
     if n > 1:  # one key fewer: the last query loses the first key
-        assert attention_weights(Q, K, window=n - 1)[-1, 0] == 0 < attention_weights(Q, K)[-1, 0]
+        assert attention_weights(Q, K, masks.band(n, n - 1))[-1, 0] == 0 < causal[-1, 0]
 
 
 @pytest.mark.parametrize("dims", PRIME_DIMS + ROPE_DIMS, ids=str)
@@ -78,8 +83,9 @@ def test_a_window_of_at_least_n_is_causal_attention(dims):
 def test_weights_are_exactly_zero_outside_the_band(dims, w):
     W = init_weights(dims, seed=5)
     X = _inputs(dims, 6)
-    S = attention_weights(X @ W.W_Q[0], X @ W.W_K[0], window=w)
     band = _band(dims.tokens, w)
+    assert np.array_equal(masks.band(dims.tokens, w), band)
+    S = attention_weights(X @ W.W_Q[0], X @ W.W_K[0], masks.band(dims.tokens, w))
     assert np.all(S[~band] == 0.0) and np.all(S[band] > 0)
     assert np.allclose(S.sum(axis=1), 1, rtol=0, atol=TOL)
 
@@ -92,7 +98,7 @@ def test_window_one_makes_each_output_its_own_value_row(dims):
     rope = 100.0 if dims.d_k % 2 == 0 else None
     heads = [X @ W.W_V[i // W.group] + W.bias("b_V")[i // W.group] for i in range(W.heads)]
     expected = np.concatenate(heads, axis=1) @ W.W_O + W.bias("b_O")  # (n, d_model)
-    for f in (multi_head_attention, multi_head_attention_reference):
+    for f in (multi_head_attention, reference):
         assert np.allclose(f(X, W, window=1, rope_base=rope), expected, rtol=0, atol=TOL)
     moved = _moved(lambda Z: multi_head_attention(Z, W, window=1, rope_base=rope), X,
                    np.random.default_rng(9))
@@ -119,7 +125,7 @@ def test_reference_equals_the_fast_path_blocked_and_tiled(dims, w):
     W = init_weights(dims, seed=17, biases=True)
     X = _inputs(dims, 18)
     rope = 10000.0 if dims.d_k % 2 == 0 else None
-    Y_ref = multi_head_attention_reference(X, W, window=w, rope_base=rope)
+    Y_ref = reference(X, W, window=w, rope_base=rope)
     assert np.allclose(multi_head_attention(X, W, window=w, rope_base=rope), Y_ref,
                        rtol=0, atol=TOL)
     # blocks of query rows smaller than, equal to and larger than the window; tiles of keys
@@ -133,13 +139,11 @@ def test_reference_equals_the_fast_path_blocked_and_tiled(dims, w):
 
 def test_the_fast_path_skips_keys_before_the_window():
     # a block of query rows r0 .. r1-1 multiplies against keys r0 - w + 1 .. r1 - 1 only
-    from mha_lit import counting
-
     dims = Dims(tokens=101, d_model=5, d_k=7, d_v=11, heads=2)
     W = init_weights(dims, seed=19)
     X = _inputs(dims, 20)
     w, block = 13, 17
-    with counting.record_matmuls() as log:
+    with trace.record_matmuls() as log:
         fast.multi_head_attention_fast(log.track(X), W, True, window=w, block=block)
     keys = [r.b_shape[-1] for r in log.records if r.b_shape[-2] == dims.d_k]  # Q K^T
     starts = range(0, dims.tokens, block)
@@ -267,6 +271,55 @@ def test_batched_cache_with_padding_equals_each_sequence_alone(w):
         assert cache.held == min(len(cache), w) and cache.capacity <= w
 
 
+@pytest.mark.parametrize("w", [1, 3, 5])
+@pytest.mark.parametrize("pieces", [[7], [2, 6], [1, 1, 4, 3], [4, 4]])
+def test_a_ring_takes_a_block_at_once_until_full_then_one_row_at_a_time(w, pieces, monkeypatch):
+    """While the ring has room a block is appended at once; once it is full, one row at a time
+    (a block's later keys would overwrite keys its earlier queries still need)."""
+    dims = ROPE_DIMS[0]
+    W = init_weights(dims, seed=36, biases=True)
+    X = _inputs(dims, 37, rows=sum(pieces))
+    appended = []
+    real = KVCache._append
+
+    def spy(self, rows, real_rows):
+        appended.append(rows.shape[1])
+        return real(self, rows, real_rows)
+
+    monkeypatch.setattr(KVCache, "_append", spy)
+    cache = KVCache(W, window=w)
+    seen, want, out = 0, [], []
+    for m, a in zip(pieces, np.cumsum([0] + pieces)):
+        first = min(m, max(0, w - seen))  # the rows that still fit in the ring
+        want += [first] * (first > 0) + [1] * (m - first)
+        out.append(cache.extend(X[a:a + m]))
+        seen += m
+    assert appended == want
+    assert np.allclose(np.vstack(out), multi_head_attention(X, W, window=w), rtol=0, atol=TOL)
+    appended.clear()
+    cache.step(X[0])
+    assert appended == [1]  # a step is extend of one row
+
+
+@pytest.mark.parametrize("w, n", [(3, 2), (3, 3), (3, 10), (4, 17), (1, 5)])
+def test_ring_slots_hold_the_positions_of_their_keys(w, n):
+    """Position p lives in slot p % w; a slot not yet written holds position -1."""
+    dims = Dims(tokens=n, d_model=5, d_k=7, d_v=11, heads=2)
+    W = init_weights(dims, seed=38)
+    X = _inputs(dims, 39, rows=n)
+    cache = KVCache(W, window=w)
+    for x in X:
+        cache.step(x)
+    at = cache._at[0]  # (capacity,)
+    assert len(at) == cache.capacity <= w
+    for slot, p in enumerate(at):
+        if p >= 0:
+            assert p % w == slot and n - w <= p < n  # one of the last w positions
+            assert np.allclose(cache._K[0, :, slot], X[p] @ W.W_K, rtol=0, atol=TOL)
+    assert sorted(at[at >= 0].tolist()) == list(range(max(0, n - w), n))
+    assert (at < 0).sum() == cache.capacity - min(n, w)
+
+
 def test_truncating_a_ring_keeps_what_the_window_still_holds():
     dims = Dims(tokens=10, d_model=5, d_k=7, d_v=11, heads=2)
     W = init_weights(dims, seed=31)
@@ -286,15 +339,16 @@ def test_truncating_a_ring_keeps_what_the_window_still_holds():
 # --- refusals --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("window", [0, -1, -4096, 2.5, 3.0, True, "3", [3]])
-def test_bad_windows_are_refused_everywhere(window):
+@pytest.mark.parametrize("window, error", [(0, ValueError), (-1, ValueError), (-4096, ValueError),
+                                           (2.5, TypeError), (3.0, TypeError), (True, TypeError),
+                                           ("3", TypeError), ([3], TypeError)])
+def test_bad_windows_are_refused_everywhere(window, error):
     W = init_weights(seed=0)
     X = _inputs(Dims(), 34)
     for call in (lambda: multi_head_attention(X, W, window=window),
-                 lambda: multi_head_attention_reference(X, W, window=window),
-                 lambda: attention_weights(X @ W.W_Q[0], X @ W.W_K[0], window=window),
+                 lambda: reference(X, W, window=window),
                  lambda: KVCache(W, window=window)):
-        with pytest.raises(ValueError, match=r"window must be a positive number of keys, got "):
+        with pytest.raises(error, match=r"window must be a positive integer, got "):
             call()
 
 
@@ -302,8 +356,7 @@ def test_a_window_without_the_causal_mask_is_refused():
     W = init_weights(seed=0)
     X = _inputs(Dims(), 35)
     for call in (lambda: multi_head_attention(X, W, causal=False, window=2),
-                 lambda: multi_head_attention_reference(X, W, causal=False, window=2),
-                 lambda: attention_weights(X, X, causal=False, window=2)):
+                 lambda: reference(X, W, causal=False, window=2)):
         with pytest.raises(ValueError, match="needs causal=True"):
             call()
     # a NumPy integer is a number of keys like any other
@@ -344,3 +397,18 @@ def test_sliding_window_reach_draws_each_pattern_and_highlights_the_query_row(n,
 def test_sliding_window_reach_refuses_bad_sizes(args, message):
     with pytest.raises(ValueError, match=message):
         sliding_window_reach(*args)
+
+
+# --- mutation-test gaps (shared/reviews/mutation.md): the axis labels of one layer and of L ---
+
+@pytest.mark.parametrize("layers", [(1, 2), (1,), (3, 1)])
+def test_sliding_window_reach_names_the_axes_of_the_mask_and_of_stacked_layers(layers):
+    """L = 1 is the mask itself: queries t down the side, keys u along the top; L > 1 maps
+    input rows u to output rows t (plots.part3-231)."""
+    fig = sliding_window_reach(9, 3, layers)
+    for ax, L in zip(fig.axes, layers, strict=True):
+        assert (ax.get_ylabel(), ax.get_xlabel()) == (
+            ("query t", "key u") if L == 1 else ("output row t", "input row u"))
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -30,8 +30,10 @@ def test_qk_transpose_agrees_with_numpy():
 
 
 def test_matrix_refuses_empty():
-    with pytest.raises(ValueError, match="0 x 3"):
+    with pytest.raises(ValueError, match="the rows of matrix a must be a positive integer, got 0"):
         symbolic.matrix("a", 0, 3)
+    with pytest.raises(TypeError, match="the columns of matrix a must be a positive integer"):
+        symbolic.matrix("a", 2, 3.0)
 
 
 # --- chapter 1 and 3 additions: product_entry, causal_mask, softmax ------------------------
@@ -146,7 +148,8 @@ def test_default_output_has_no_bias_symbols_and_zero_biases_change_nothing():
 
 @pytest.mark.parametrize("dims", [Dims(), Dims(tokens=4, d_model=2, d_k=3, d_v=5, heads=3)], ids=str)
 def test_output_with_biases_agrees_with_numpy_and_stays_causal(dims):
-    from mha_lit import init_weights, multi_head_attention_reference
+    from mha_lit import init_weights
+    from mha_lit.variants import reference
 
     X = symbolic.matrix("x", dims.tokens, dims.d_model)
     Y = symbolic.multi_head_output(X, symbolic.weight_matrices(dims), symbolic.bias_vectors(dims))
@@ -161,7 +164,7 @@ def test_output_with_biases_agrees_with_numpy_and_stays_causal(dims):
     exact = symbolic.multi_head_output(sp.Matrix(Xn), (*W, sp.Matrix(Wn.W_O)),
                                        (*b, sp.Matrix([Wn.b_O])))
     assert np.allclose(np.array(exact.evalf(), dtype=float),
-                       multi_head_attention_reference(Xn, Wn), rtol=0, atol=1e-10)
+                       reference(Xn, Wn), rtol=0, atol=1e-10)
 
 
 def test_multi_head_output_refuses_biases_that_do_not_fit():

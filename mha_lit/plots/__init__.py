@@ -2,8 +2,11 @@
 
 - ``part1``: the first look and Part I, chapters 1-8 (``product_shapes``,
   ``matrix_panels``, ``attention_heatmap``, ``head_heatmaps``,
-  ``interactive_heatmaps``, ``concat_output``, ``dependency_grid``,
-  ``kv_cost_curves``, ``gpt_block_diagram``);
+  ``concat_output``, ``dependency_grid``, ``kv_cost_curves``,
+  ``gpt_block_diagram``);
+- ``interactive``: ``interactive_heatmaps``, the heatmaps of the first look
+  and chapters 3 and 4 that a web page lets the reader hover (its style and
+  script are the package files ``interactive.css`` and ``interactive.js``);
 - ``part2``: Part II, chapters 9-13 (``one_hot_product``,
   ``matmul_count_bars``, ``flops_vs_length``, ``causal_block_kinds``,
   ``causal_block_grid``, ``roofline``);
@@ -20,14 +23,13 @@ draw what the other modules compute. Every figure is importable from here:
 
 from . import part3
 from ._style import HIGHLIGHT
+from .interactive import InteractiveHeatmaps, interactive_heatmaps
 from .part1 import (
-    InteractiveHeatmaps,
     attention_heatmap,
     concat_output,
     dependency_grid,
     gpt_block_diagram,
     head_heatmaps,
-    interactive_heatmaps,
     kv_cost_curves,
     matrix_panels,
     product_shapes,

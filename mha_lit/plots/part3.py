@@ -9,8 +9,9 @@ from __future__ import annotations
 import matplotlib.pyplot as plt  # noqa: F401
 import numpy as np  # noqa: F401
 
+from ..checks import groups, positive_int
+
 # --- chapter 14: grouped-query and multi-query attention ---
-from ..shapes import check_groups
 
 
 def head_groups(heads: int, kv_heads) -> plt.Figure:
@@ -25,18 +26,12 @@ def head_groups(heads: int, kv_heads) -> plt.Figure:
     ``query:i``, ``kv:j`` and ``uses:i->j`` (counted from 1). Returns the
     Figure.
     """
+    h = positive_int(heads, "heads")
     counts = [kv_heads] if np.ndim(kv_heads) == 0 else list(kv_heads)
-    for name, value in [("heads", heads)] + [("kv_heads", k) for k in counts]:
-        whole = (isinstance(value, (int, np.integer))
-                 and not isinstance(value, (bool, np.bool_)))
-        if not whole or value < 1:
-            raise ValueError(f"head_groups needs positive whole numbers of "
-                             f"heads, got {name} = {value!r}")
     if not counts:
         raise ValueError("head_groups needs at least one value of kv_heads")
     for k in counts:
-        check_groups(int(heads), int(k))
-    h = int(heads)
+        groups(h, positive_int(k, "kv_heads"))
     fig, axes = plt.subplots(len(counts), 1, squeeze=False,
                              figsize=(max(4.0, 0.95 * h + 1.6),
                                       1.9 * len(counts)))
@@ -105,9 +100,7 @@ def rope_planes(d: int = 14, positions=range(11), base: float = 10000.0,
     if pos.ndim != 1 or pos.size == 0:
         raise ValueError(f"rope_planes needs a non-empty 1-D sequence of "
                          f"positions, got shape {pos.shape}")
-    if (isinstance(cols, bool) or not isinstance(cols, (int, np.integer))
-            or cols < 1):
-        raise ValueError(f"cols must be a positive integer, got {cols!r}")
+    cols = positive_int(cols, "cols")
     # the row with (1, 0) in every plane, half split: P ones, then P zeros
     unit = np.concatenate([np.ones(P), np.zeros(P)])  # (d,)
     turned = rotate(np.tile(unit, (len(pos), 1)), pos, base)  # (n, d)
@@ -242,10 +235,7 @@ def latent_cache_cells(heads: int = 2, d_k: int = 7, d_v: int = 11,
     """
     sizes = {"heads": heads, "d_k": d_k, "d_v": d_v, "d_c": d_c, "d_r": d_r}
     for name, value in sizes.items():
-        if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                or value < 1):
-            raise ValueError(f"latent_cache_cells needs positive integer "
-                             f"sizes, got {name} = {value!r}")
+        positive_int(value, name)
     mha, mla = heads * (d_k + d_v), d_c + d_r
     if max(mha, mla) > 120:
         raise ValueError(f"latent_cache_cells draws one cell per number; "
