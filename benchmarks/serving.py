@@ -55,7 +55,7 @@ def stack_bytes(G) -> int:
 def cache_bytes(G, tokens: int) -> int:
     """Bytes of one sequence's keys and values in every layer (h d_k + h d_v per token)."""
     a = G.blocks[0].attn
-    return G.n_layers * tokens * a.heads * (a.d_k + a.d_v) * G.E.itemsize
+    return G.layers * tokens * a.heads * (a.d_k + a.d_v) * G.E.itemsize
 
 
 def step_flops(G, tokens: int) -> int:
@@ -64,7 +64,7 @@ def step_flops(G, tokens: int) -> int:
     d, f = G.d_model, G.blocks[0].d_ff
     per_layer = d * a.heads * (2 * a.d_k + a.d_v) + a.heads * a.d_v * d + 2 * d * f \
         + a.heads * tokens * (a.d_k + a.d_v)
-    return 2 * (G.n_layers * per_layer + d * G.vocab_size)
+    return 2 * (G.layers * per_layer + d * G.vocab_size)
 
 
 def median_step_seconds(step, count: int) -> float:
@@ -219,17 +219,19 @@ def forward_macs(dims: Dims, n: int) -> int:
 def bench_forward_rate(runs: int, peak: float) -> dict:
     """The forward pass, and its three parts timed alone: projections, attention loop
     (score products, softmax passes, S V), output product."""
-    from mha_lit import fast
+    from mha_lit import fast, masks
 
     W = init_weights(GPT2, seed=0, dtype=np.float32)
     X = np.random.default_rng(3).standard_normal((1024, 768)).astype(np.float32)
     Q_T, K_T, V_T = fast.project_heads(X, W)
+    Q, K, V = (A.transpose(0, 2, 1) for A in (Q_T, K_T, V_T))  # (h, n, d)
+    p = np.arange(1024)  # the positions of queries and keys
     concat = np.empty((1024, GPT2.heads, GPT2.d_v), np.float32)
     _, W_O = fast.fused_weights(W)
     parts = {"forward": lambda: multi_head_attention(X, W),
              "projections": lambda: fast.project_heads(X, W),
-             "attention loop": lambda: fast._attend_sequence(Q_T, K_T, V_T, True,
-                                                             fast.BLOCK_ROWS, None, concat),
+             "attention loop": lambda: fast.attend(Q, K, V, p, p, masks.visible,
+                                                   out=concat.transpose(1, 0, 2)),
              "output product": lambda: concat.reshape(1024, -1) @ W_O}
     times = {k: statistics.median(v) for k, v in alternate(parts, runs, "forward").items()}
     rate = 2 * forward_macs(GPT2, 1024) / times["forward"]

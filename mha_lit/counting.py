@@ -63,6 +63,7 @@ __all__ = [
     "param_count",
     "non_embedding_params",
     "kv_cache_bytes",
+    "tokens_held",
     "matmul_breakdown",
     "matmul_count",
     "flops_breakdown",
@@ -147,21 +148,19 @@ def non_embedding_params(cfg: TransformerConfig) -> int:
 
 def kv_cache_bytes(cfg: ModelSizes, tokens: int = 1,
                    bytes_per_value: int = 2) -> int:
-    """Bytes of one sequence's KV cache: 2 L h d_k per token.
+    """Bytes of one sequence's KV cache: 2 L h d_k numbers per token.
 
     Book: chapter 12, "Why a KV-cache step is bound by memory". Every layer
     keeps a key and a value row of width h d_k = d_model per token; the
     default of 2 bytes per value is fp16/bf16, as models are served.
     Chapter 18: in general ``kv_values_per_token(cfg)`` numbers per token
-    (fewer with grouped or latent keys and values), and a sliding window of
-    w keys holds at most w tokens, however many the sequence has.
+    (fewer with grouped or latent keys and values), for the tokens the
+    cache holds (``tokens_held``: a sliding window keeps at most w).
     """
     c = check_config(cfg, ModelSizes, "kv_cache_bytes")
     n = checks.positive_int(tokens, "tokens")
     b = checks.positive_int(bytes_per_value, "bytes_per_value")
-    if isinstance(c, DecoderConfig):  # grouped or latent, a window: ch. 18
-        return kv_values_per_token(c) * min(n, c.window or n) * b
-    return 2 * c.layers * c.heads * c.d_k * n * b
+    return kv_values_per_token(c) * tokens_held(c, n) * b
 
 
 def matmul_breakdown(cfg: TransformerConfig,
@@ -255,6 +254,16 @@ def kv_values_per_token(cfg: ModelSizes) -> int:
     if c.attention_kind == "MLA":
         return c.layers * (c.latent.d_c + c.latent.d_r)
     return 2 * c.layers * c.kv_heads * c.d_k
+
+
+def tokens_held(cfg: ModelSizes, tokens: int) -> int:
+    """Tokens whose keys and values a cache holds after ``tokens`` tokens.
+
+    Book: chapter 18. All of them, except under a sliding window of w keys
+    (chapter 16), which holds the last min(tokens, w).
+    """
+    window = getattr(cfg, "window", None)
+    return tokens if window is None else min(tokens, window)
 
 
 def kv_ratio_to_mha(cfg: ModelSizes) -> Fraction:

@@ -101,7 +101,7 @@ class GPTWeights:
         return self.P.shape[0]
 
     @property
-    def n_layers(self) -> int:
+    def layers(self) -> int:
         return len(self.blocks)
 
     @property
@@ -109,12 +109,12 @@ class GPTWeights:
         return self.E.dtype
 
     def __repr__(self) -> str:
-        return (f"GPTWeights(L={self.n_layers}, d_model={self.d_model}, "
+        return (f"GPTWeights(L={self.layers}, d_model={self.d_model}, "
                 f"vocab={self.vocab_size}, context={self.context_length}, "
                 f"blocks={self.blocks[0]!r})")
 
 
-def init_gpt_weights(dims: Dims | None = None, n_layers: int = 2,
+def init_gpt_weights(dims: Dims | None = None, layers: int = 2,
                      vocab_size: int = 13, context_length: int = 19,
                      d_ff: int = 17, seed: int = 0, *,
                      attn_biases: bool = True,
@@ -129,14 +129,14 @@ def init_gpt_weights(dims: Dims | None = None, n_layers: int = 2,
     d_ff 17 and a context of 19 positions.
     """
     dims = Dims() if dims is None else dims
-    for name, value in (("n_layers", n_layers), ("vocab_size", vocab_size),
+    for name, value in (("layers", layers), ("vocab_size", vocab_size),
                         ("context_length", context_length)):
         checks.positive_int(value, name)
     rng = np.random.default_rng([seed, 12])
     d = dims.d_model
     blocks = [init_block_weights(dims, d_ff, seed=seed * 1000 + layer,
                                  attn_biases=attn_biases, dtype=dtype)
-              for layer in range(n_layers)]
+              for layer in range(layers)]
     return GPTWeights(
         E=rng.standard_normal((vocab_size, d)).astype(dtype),  # (V, d)
         P=(0.1 * rng.standard_normal((context_length, d))).astype(dtype),

@@ -46,7 +46,7 @@ from .shapes import Weights
 
 __all__ = ["few_rows_product", "fused_weights", "fused_biases",
            "project_heads", "rotate_heads", "output_projection",
-           "group_queries", "attend_block", "attend_tiled", "choose_sizes",
+           "group_queries", "ungroup", "attend_tiled", "choose_sizes",
            "attend", "causal_block_kinds", "multi_head_attention",
            "BLOCK_ROWS", "TILE_ROWS", "TILE_KEYS", "SCORES_LIMIT_BYTES",
            "FEW_ROWS", "SKIPPED", "MASKED", "COMPUTED"]
@@ -160,22 +160,22 @@ def project_heads(X: np.ndarray, W: Weights):
     """Q^T/sqrt(d_k), K^T, V^T of every head from ONE matrix product.
 
     Book: chapter 12. X is (n, d_model); returns Q_T (h, d_k, n),
-    K_T (h_kv, d_k, n), V_T (h_kv, d_v, n): views into one contiguous
-    array, each head's block contiguous, so no copy is needed to split the
-    heads. Biases, if W has them, are added to the product's rows
-    (chapter 8).
+    K_T (h, d_k, n), V_T (h, d_v, n) (h_kv for K and V if they are shared,
+    Part III, chapter 14): views into one contiguous array, each head's
+    block contiguous, so no copy is needed to split the heads. Biases, if
+    W has them, are added to the product's rows (chapter 8).
     """
     W_QKV_T, _ = fused_weights(W, X.dtype)  # in X's dtype, made once
     b_QKV, _ = fused_biases(W, X.dtype)
-    h, h_kv, d_k, d_v = W.heads, W.kv_heads, W.d_k, W.d_v
-    QKV_T = _product(W_QKV_T, X)  # ((h+h_kv) d_k + h_kv d_v, n)
+    QKV_T = _product(W_QKV_T, X)  # (3 h d_k + .., n): every head's rows
     if b_QKV is not None:  # one bias per row, the same for every token
         QKV_T = QKV_T + b_QKV[:, None]  # (.., n)
-    n = X.shape[0]
-    k0, v0 = h * d_k, (h + h_kv) * d_k  # where K's and V's rows start
-    Q_T = QKV_T[:k0].reshape(h, d_k, n)  # (h, d_k, n)
-    K_T = QKV_T[k0:v0].reshape(h_kv, d_k, n)  # (h_kv, d_k, n)
-    V_T = QKV_T[v0:].reshape(h_kv, d_v, n)  # (h_kv, d_v, n)
+    n, d_k, d_v = X.shape[0], W.d_k, W.d_v
+    h_Q, h_K = len(W.W_Q), len(W.W_K)  # query heads, key (and value) heads
+    k0, v0 = h_Q * d_k, (h_Q + h_K) * d_k  # where K's and V's rows start
+    Q_T = QKV_T[:k0].reshape(h_Q, d_k, n)  # (h, d_k, n)
+    K_T = QKV_T[k0:v0].reshape(h_K, d_k, n)  # (h, d_k, n)
+    V_T = QKV_T[v0:].reshape(h_K, d_v, n)  # (h, d_v, n)
     return Q_T, K_T, V_T
 
 
@@ -202,71 +202,67 @@ def output_projection(concat: np.ndarray, W: Weights) -> np.ndarray:
     return Y if b_O is None else Y + b_O  # (N, d_model)
 
 
-def group_queries(Q: np.ndarray, kv_heads: int) -> np.ndarray:
-    """Q (.., h, b, d_k) as (.., h_kv, g*b, d_k): a group's queries as rows.
+def group_queries(Q: np.ndarray, q_pos: np.ndarray, kv_heads: int):
+    """Q (.., h, n, d_k) as (.., h_kv, n*g, d_k): a group's queries as rows.
 
-    Book: Part III, chapter 14. The g query heads sharing one K/V head are
-    stacked, so one product per K/V head computes all their scores and K
-    and V are never repeated. Without groups (g = 1), Q as it is.
+    Book: Part III, chapter 14. The g query heads that share one K/V head
+    are laid side by side, position by position (rows t*g .. t*g + g-1 are
+    the g queries of position t), so that each K/V head meets all of them
+    in one product and K and V are never repeated. The positions q_pos
+    (.., n) come back repeated to match, (.., n*g). Without groups (g = 1),
+    Q and q_pos as they are.
     """
-    *lead, h, b, d_k = Q.shape
-    if h == kv_heads:
-        return Q  # (.., h, b, d_k)
-    return Q.reshape(*lead, kv_heads, (h // kv_heads) * b, d_k)
+    *lead, h, n, d_k = Q.shape
+    g = h // kv_heads  # query heads per K/V head
+    if g == 1:
+        return Q, q_pos
+    Qg = Q.reshape(*lead, kv_heads, g, n, d_k).swapaxes(-3, -2)  # (.., n, g)
+    return (Qg.reshape(*lead, kv_heads, n * g, d_k),  # (.., h_kv, n*g, d_k)
+            np.repeat(q_pos, g, axis=-1))  # (.., n*g)
 
 
-def attend_block(Q, K, V, mask) -> np.ndarray:
-    """Every head's H for one block of queries: chapter 3's kernel.
-
-    Book: chapter 12, "Skipping the masked blocks". Q (.., h, b, d_k) are
-    the block's queries, already scaled; K (.., h_kv, m, d_k) and
-    V (.., h_kv, m, d_v) the keys the block meets; ``mask`` (.., b, m),
-    or None when every query sees every key. Returns H (.., h, b, d_v).
-    """
-    h_kv = K.shape[-3]
-    g = Q.shape[-3] // h_kv  # query heads per K/V head (chapter 14)
-    if mask is not None:  # (.., 1, g*b, m): the same for every K/V head
-        mask = np.concatenate([mask] * g, axis=-2)[..., None, :, :]
-    H = attention(group_queries(Q, h_kv), K, V, mask, scale=1.0)
-    return H.reshape(Q.shape[:-1] + V.shape[-1:])  # (.., h, b, d_v)
+def ungroup(H: np.ndarray, heads: int) -> np.ndarray:
+    """H (.., h_kv, n*g, d_v) back to (.., h, n, d_v): undo group_queries."""
+    *lead, h_kv, rows, d_v = H.shape
+    g = heads // h_kv
+    if g == 1:
+        return H
+    H = H.reshape(*lead, h_kv, rows // g, g, d_v).swapaxes(-3, -2)
+    return H.reshape(*lead, heads, rows // g, d_v)  # (.., h, n, d_v)
 
 
 def attend_tiled(Q, K, V, mask_of, tile: int) -> np.ndarray:
-    """The same H as ``attend_block``, with an online softmax.
+    """The same H as chapter 3's ``attention``, with an online softmax.
 
     Book: chapter 12, "Online softmax". Keys are taken ``tile`` at a time.
     A running maximum mx, running sum ell and running unnormalised output
     acc are rescaled by exp(mx_old - mx_new) whenever the maximum grows, so
     no row of scores longer than ``tile`` ever exists. They are kept in at
     least float32, as FlashAttention keeps them, so that float16 inputs do
-    not accumulate in float16. ``mask_of(c0, c1)`` gives the mask (.., b,
-    c1 - c0) of keys c0 .. c1-1, or None. Returns H (.., h, b, d_v).
+    not accumulate in float16. Q (.., h, b, d_k), already scaled; K, V
+    (.., h, m, d); ``mask_of(c0, c1)`` gives the mask (.., b, c1 - c0) of
+    keys c0 .. c1-1, or None. Returns H (.., h, b, d_v).
     """
-    h_kv = K.shape[-3]
-    g = Q.shape[-3] // h_kv
-    Qg = group_queries(Q, h_kv)  # (.., h_kv, g*b, d_k)
     dtype = np.promote_types(Q.dtype, np.float32)  # of the running values
-    mx = np.full(Qg.shape[:-1] + (1,), -np.inf, dtype)  # running maxima
+    mx = np.full(Q.shape[:-1] + (1,), -np.inf, dtype)  # running maxima
     ell = np.zeros(mx.shape, dtype)  # running sums of exp(S - mx)
-    acc = np.zeros(Qg.shape[:-1] + V.shape[-1:], dtype)  # sum exp(S - mx) V
+    acc = np.zeros(Q.shape[:-1] + V.shape[-1:], dtype)  # sum exp(S - mx) V
     for c0 in range(0, K.shape[-2], tile):
         c1 = min(c0 + tile, K.shape[-2])
-        # (.., h_kv, g*b, T), in float32 at least
-        S = (Qg @ np.swapaxes(K[..., c0:c1, :], -1, -2)).astype(dtype)
+        # (.., h, b, T), in float32 at least
+        S = (Q @ np.swapaxes(K[..., c0:c1, :], -1, -2)).astype(dtype)
         mask = mask_of(c0, c1)  # (.., b, T) or None
-        if mask is not None:  # (.., 1, g*b, T): the same for every K/V head
-            mask = np.concatenate([mask] * g, axis=-2)[..., None, :, :]
-            np.copyto(S, -np.inf, where=~mask)  # (.., h_kv, g*b, T)
+        if mask is not None:  # the same for every head
+            np.copyto(S, -np.inf, where=~mask[..., None, :, :])
         # a row may see no key of this tile yet: keep it finite
         mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (.., 1)
         shift = np.where(np.isneginf(mx_new), 0.0, mx_new)  # (.., 1)
         alpha = np.exp(mx - shift)  # rescales what was summed so far
-        np.exp(S - shift, out=S)  # (.., h_kv, g*b, T), exp(-inf) = 0
+        np.exp(S - shift, out=S)  # (.., h, b, T), exp(-inf) = 0
         ell = ell * alpha + S.sum(axis=-1, keepdims=True)  # (.., 1)
         acc = acc * alpha + S @ V[..., c0:c1, :].astype(dtype)  # (.., d_v)
         mx = mx_new
-    H = (acc / ell).astype(Q.dtype, copy=False)  # (.., h_kv, g*b, d_v)
-    return H.reshape(Q.shape[:-1] + V.shape[-1:])  # (.., h, b, d_v)
+    return (acc / ell).astype(Q.dtype, copy=False)  # (.., h, b, d_v)
 
 
 def choose_sizes(n: int, m: int, W: Weights, itemsize: int,
@@ -292,8 +288,8 @@ def attend(Q, K, V, q_pos, k_pos, seen=None, *, in_order: bool = True,
     """H (.., h, n, d_v) for queries at q_pos against keys at k_pos.
 
     Book: chapter 12, "Skipping the masked blocks". Q (.., h, n, d_k),
-    already scaled, K (.., h_kv, m, d_k), V (.., h_kv, m, d_v); q_pos
-    (.., n) and k_pos (.., m) are positions (-1: an empty cache slot).
+    already scaled, K (.., h, m, d_k), V (.., h, m, d_v); q_pos (.., n)
+    and k_pos (.., m) are positions (-1: an empty cache slot).
     ``seen(q_pos, k_pos)`` is the rule that makes the mask
     (``masks.visible`` for causal attention); None: every key.
 
@@ -302,8 +298,7 @@ def attend(Q, K, V, q_pos, k_pos, seen=None, *, in_order: bool = True,
     the first its first query may see to its last query: for causal
     attention the key blocks right of the diagonal are never computed.
     ``tile`` (an int) takes the online-softmax path, that many keys at a
-    time. ``out``: an array (.., h, n, d_v) to write H into (a view of
-    Concat, say).
+    time. ``out``: an array (.., h, n, d_v) to write H into.
     """
     n, m = Q.shape[-2], K.shape[-2]
     H = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype) if out is None else out
@@ -317,9 +312,10 @@ def attend(Q, K, V, q_pos, k_pos, seen=None, *, in_order: bool = True,
             first = seen(qp[..., :1], k_pos[..., :c1])  # (.., 1, c1)
             c0 = int(np.argmax(first.reshape(-1, c1).any(axis=0)))
         Kb, Vb, kp = K[..., c0:c1, :], V[..., c0:c1, :], k_pos[..., c0:c1]
-        if tile is None:  # whole key rows: chapter 3's kernel
-            mask = None if seen is None else seen(qp, kp)  # (.., b, m)
-            H[..., r0:r1, :] = attend_block(Q[..., r0:r1, :], Kb, Vb, mask)
+        if tile is None:  # whole key rows: chapter 3's kernel, every head
+            mask = None if seen is None else seen(qp, kp)[..., None, :, :]
+            H[..., r0:r1, :] = attention(Q[..., r0:r1, :], Kb, Vb, mask,
+                                         scale=1.0)  # (.., h, b, d_v)
         else:  # the online softmax, a tile of keys at a time
             def mask_of(t0, t1, qp=qp, kp=kp):
                 return None if seen is None else seen(qp, kp[..., t0:t1])
@@ -403,8 +399,11 @@ def multi_head_attention_fast(X: np.ndarray, W: Weights,
     for s0, s1 in spans:  # one sequence at a time: views, no copies
         b, t = choose_sizes(s1 - s0, s1 - s0, W, rows.itemsize, block, tile)
         p = positions[s0:s1]  # (n,)
-        attend(Q[:, s0:s1], K[:, s0:s1], V[:, s0:s1], p, p, seen, block=b,
-               tile=t, out=concat[s0:s1].transpose(1, 0, 2))  # (h, n, d_v)
+        # chapter 14: each K/V head's query heads side by side
+        Qg, pg = group_queries(Q[:, s0:s1], p, W.kv_heads)
+        H = attend(Qg, K[:, s0:s1], V[:, s0:s1], pg, p, seen,
+                   block=b * W.group, tile=t)  # (h_kv, n*g, d_v)
+        concat[s0:s1] = ungroup(H, W.heads).transpose(1, 0, 2)  # (n, h, d_v)
     concat = concat.reshape(len(rows), W.heads * W.d_v)  # (N, h*d_v)
     Y = output_projection(concat, W)  # (N, d_model)
     return _padded_rows(Y, X, key_mask)  # shape of X

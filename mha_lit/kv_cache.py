@@ -192,8 +192,7 @@ class KVCache:
         """
         X = self._rows(x, "step", 1)  # (B, 1, d_model)
         Y = self._append(X, np.ones(X.shape[:2], dtype=bool))  # (B, 1, d)
-        Y = Y.astype(X.dtype, copy=False)  # the input's dtype
-        return Y[0, 0] if self.batch is None else Y[:, 0]
+        return self._as_given(Y[:, 0].astype(X.dtype, copy=False))
 
     def extend(self, X, key_mask=None) -> np.ndarray:
         """Append a block of rows; return their outputs, computed at once.
@@ -211,8 +210,7 @@ class KVCache:
                 else real.reshape(Xb.shape[:2]))  # (B, m)
         Y = np.concatenate([self._append(Xb[:, a:b], real[:, a:b])
                             for a, b in self._spans(Xb.shape[1])], axis=1)
-        Y = Y.astype(Xb.dtype, copy=False)  # the input's dtype
-        return Y[0] if self.batch is None else Y  # shape of X
+        return self._as_given(Y.astype(Xb.dtype, copy=False))  # X's shape
 
     def _append(self, X: np.ndarray, real: np.ndarray) -> np.ndarray:
         """Store the new rows' keys and values, attend their queries to
@@ -250,6 +248,10 @@ class KVCache:
                              + f", got shape {x.shape}")
         x = checks.float_array(x, "x" if ndim == 1 else "X")
         return x.reshape(len(self._lengths), -1, d)  # (B, c, d_model)
+
+    def _as_given(self, Y: np.ndarray) -> np.ndarray:
+        """Y (B, ..) without its batch axis if the cache has no batch."""
+        return Y[0] if self.batch is None else Y
 
     def _spans(self, m: int):
         """The blocks of columns that are appended at once: all m of them.
@@ -306,7 +308,6 @@ class KVCache:
         used = min(used, self.capacity)
         K, V = self._K[:, :, :used], self._V[:, :, :used]  # (B, h_kv, ..)
         at_k = self._at[:, :used]  # (B, used), -1 where empty
-        ordered = self.window is None  # slot j holds position j
         Q, at = new["Q"], new["at"]
         together = bool((counts == counts[0]).all())
         block, tile = fast.choose_sizes(
@@ -315,19 +316,25 @@ class KVCache:
         if together:  # (B, h, c, d_k): all at once
             B, c = len(counts), int(counts[0])
             Qb = Q.reshape(W.heads, B, c, W.d_k).transpose(1, 0, 2, 3)
-            H = fast.attend(Qb, K, V, at.reshape(B, c), at_k, self._seen,
-                            in_order=ordered, block=block,
-                            tile=tile)  # (B, h, c, d_v)
+            H = self._attend_rows(Qb, K, V, at.reshape(B, c), at_k, block,
+                                  tile)  # (B, h, c, d_v)
             return H.transpose(1, 0, 2, 3).reshape(W.heads, -1, W.d_v)
         H = np.empty(Q.shape[:2] + (W.d_v,), np.result_type(Q, V))
         ends = np.cumsum(counts)  # each sequence's rows, one after another
         for b, (s0, s1) in enumerate(zip(ends - counts, ends, strict=True)):
             if s1 > s0:
-                H[:, s0:s1] = fast.attend(Q[:, s0:s1], K[b], V[b],
-                                          at[s0:s1], at_k[b], self._seen,
-                                          in_order=ordered, block=block,
-                                          tile=tile)  # (h, c_b, d_v)
+                H[:, s0:s1] = self._attend_rows(Q[:, s0:s1], K[b], V[b],
+                                                at[s0:s1], at_k[b], block,
+                                                tile)  # (h, c_b, d_v)
         return H
+
+    def _attend_rows(self, Q, K, V, at, at_k, block, tile) -> np.ndarray:
+        """``fast.attend`` with each K/V head's query heads side by side."""
+        Qg, at_g = fast.group_queries(Q, at, self.W.kv_heads)  # chapter 14
+        H = fast.attend(Qg, K, V, at_g, at_k, self._seen,
+                        in_order=self.window is None,  # slot j: position j
+                        block=block * self.W.group, tile=tile)
+        return fast.ungroup(H, self.W.heads)  # (.., h, c, d_v)
 
     def _output(self, H: np.ndarray, real: np.ndarray) -> np.ndarray:
         """Concat (N, h*d_v) @ W_O, put back as (B, c, d_model)."""

@@ -36,9 +36,9 @@ Without Chromium (or Playwright) the tests skip and say why; with CI=true they f
 One more test here needs no browser: the sizes the notation page states are the sizes of
 mha_lit's running example.
 
-Every test here is marked `book`. Under pytest-xdist, this module and tests/test_pdf.py are one
-unit of work (see `xdist_unit` in conftest.py): both build into `_build/`, so one worker runs
-them one after the other.
+Every test here is marked `book`. Under pytest-xdist the module is one unit of work: one worker
+builds the book once and opens its pages. The PDF test (tests/test_pdf.py) may run beside it in
+the other worker: its single-page build writes only into `_build/pdf/`.
 """
 
 from __future__ import annotations

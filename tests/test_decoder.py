@@ -6,7 +6,7 @@ import pytest
 from mha_lit import Dims
 from mha_lit.decoder import Decoder, GPTWeights, gpt_forward, init_gpt_weights
 
-G = init_gpt_weights(Dims(), n_layers=3, seed=1)  # book sizes: d_model 5, vocab 13, ctx 19
+G = init_gpt_weights(Dims(), layers=3, seed=1)  # book sizes: d_model 5, vocab 13, ctx 19
 
 
 def _greedy_by_recomputing(prompt, steps, G=G):
@@ -121,11 +121,11 @@ def test_weights_are_checked():
         GPTWeights(E=G.E, P=G.P, blocks=(), gamma_f=G.gamma_f, beta_f=G.beta_f)
     with pytest.raises(ValueError, match=r"P has shape \(19, 4\), but the blocks have d_model = 5"):
         GPTWeights(E=G.E, P=G.P[:, :4], blocks=G.blocks, gamma_f=G.gamma_f, beta_f=G.beta_f)
-    with pytest.raises(ValueError, match="n_layers must be a positive integer"):
-        init_gpt_weights(n_layers=0)
+    with pytest.raises(ValueError, match="layers must be a positive integer"):
+        init_gpt_weights(layers=0)
     with pytest.raises(TypeError, match="vocab_size must be a positive integer, got True"):
         init_gpt_weights(vocab_size=True)
-    assert init_gpt_weights(n_layers=np.int64(1)).n_layers == 1
+    assert init_gpt_weights(layers=np.int64(1)).layers == 1
     with pytest.raises(ValueError, match="does not fit"):
         gpt_forward(np.zeros(20, np.int64), G)
     assert G.E.flags.writeable is False and "L=3" in repr(G)
@@ -208,7 +208,7 @@ def test_block_l_has_the_documented_seed(seed):
     from mha_lit import init_block_weights
 
     kwargs = {} if seed == 0 else {"seed": seed}
-    G3 = init_gpt_weights(Dims(), n_layers=3, **kwargs)
+    G3 = init_gpt_weights(Dims(), layers=3, **kwargs)
     for layer, block in enumerate(G3.blocks):
         want = init_block_weights(Dims(), 17, seed=1000 * seed + layer, attn_biases=True)
         got = block.arrays()

@@ -17,7 +17,6 @@ from mha_lit import (
 )
 from mha_lit.fast import (
     attend,
-    attend_block,
     attend_tiled,
     fused_weights,
     multi_head_attention_fast,
@@ -170,13 +169,13 @@ def _heads(X, W):
     return tuple(A.transpose(0, 2, 1) for A in project_heads(X, W))
 
 
-def test_attend_block_and_attend_tiled_give_the_same_rows():
+def test_the_kernel_on_a_block_and_attend_tiled_give_the_same_rows():
     X, W = _case(Dims(tokens=23, d_model=5, d_k=7, d_v=11, heads=2), np.float64, seed=11)
     Q, K, V = _heads(X, W)
     q_pos, k_pos = np.arange(5, 17), np.arange(23)  # query rows 5 .. 16 of 23
     for causal in (True, False):
         mask = masks.visible(q_pos, k_pos) if causal else None
-        H = attend_block(Q[:, 5:17], K, V, mask)
+        H = attention(Q[:, 5:17], K, V, None if mask is None else mask[None], scale=1.0)
         assert H.shape == (2, 12, 11)
         def mask_of(c0, c1, mask=mask):
             return None if mask is None else mask[:, c0:c1]
@@ -229,10 +228,14 @@ def test_attend_takes_a_stack_of_sequences():
     Q, K, V = rng.standard_normal((2, 4, 3, 5)), rng.standard_normal((2, 2, 6, 5)), rng.standard_normal((2, 2, 6, 7))
     q_pos = np.array([[3, 4, 5], [0, 1, 2]])  # (B, n)
     k_pos = np.array([[0, 1, 2, 3, 4, 5], [0, 1, 2, -1, -1, -1]])  # (B, m)
-    H = attend(Q, K, V, q_pos, k_pos, masks.visible, in_order=False)
+    def grouped(Q, K, V, q_pos, k_pos):  # as the cache calls attend: query heads grouped first
+        Qg, g_pos = fast.group_queries(Q, q_pos, 2)
+        return fast.ungroup(attend(Qg, K, V, g_pos, k_pos, masks.visible, in_order=False), 4)
+
+    H = grouped(Q, K, V, q_pos, k_pos)
     assert H.shape == (2, 4, 3, 7)
     for b in range(2):
-        want = attend(Q[b], K[b], V[b], q_pos[b], k_pos[b], masks.visible, in_order=False)
+        want = grouped(Q[b], K[b], V[b], q_pos[b], k_pos[b])
         assert np.allclose(H[b], want, rtol=0, atol=1e-14)
         for i in range(4):  # query head i uses K/V head i // 2
             mask = masks.visible(q_pos[b], k_pos[b])
@@ -241,16 +244,23 @@ def test_attend_takes_a_stack_of_sequences():
 
 
 @pytest.mark.parametrize("lead", [(), (3,)])
-def test_group_queries_stacks_each_groups_queries_as_rows(lead):
+def test_group_queries_lays_each_groups_queries_side_by_side_position_by_position(lead):
     rng = np.random.default_rng(15)
-    Q = rng.standard_normal(lead + (6, 4, 5))  # (.., h = 6, b = 4, d_k = 5)
-    G = fast.group_queries(Q, 2)  # g = 3
-    assert G.shape == lead + (2, 12, 5)
+    Q = rng.standard_normal(lead + (6, 4, 5))  # (.., h = 6, n = 4, d_k = 5)
+    q_pos = np.arange(10, 14) + np.zeros(lead + (1,), int)  # (.., 4)
+    G, g_pos = fast.group_queries(Q, q_pos, 2)  # g = 3
+    assert G.shape == lead + (2, 12, 5) and g_pos.shape == lead + (12,)
     for j in range(2):
-        for k in range(3):  # query head 3j + k is rows 4k .. 4k+3 of group j
-            assert np.array_equal(G[..., j, 4 * k:4 * k + 4, :], Q[..., 3 * j + k, :, :])
-    assert fast.group_queries(Q, 6) is Q  # no groups: as it is
-    assert np.shares_memory(G, Q)  # a view, no copy
+        for t in range(4):
+            for k in range(3):  # row 3t + k of group j: query head 3j + k at position t
+                # exact: a reshape moves numbers, it does not compute them
+                assert np.array_equal(G[..., j, 3 * t + k, :], Q[..., 3 * j + k, t, :])
+                assert np.all(g_pos[..., 3 * t + k] == q_pos[..., t])
+    # exact: ungroup undoes the move
+    assert np.array_equal(fast.ungroup(G, 6), Q)
+    same, same_pos = fast.group_queries(Q, q_pos, 6)
+    assert same is Q and same_pos is q_pos  # no groups: as they are
+    assert fast.ungroup(Q, 6) is Q
 
 
 # --- bad input is refused exactly as the reference refuses it ----------------------------

@@ -263,8 +263,8 @@ def test_fast_path_multiplies_each_kv_head_once_against_its_stacked_queries(dims
 @pytest.mark.parametrize("tile", [None, 2])
 @pytest.mark.parametrize("dims", [d for d in GQA_DIMS if d.group > 1], ids=str)
 def test_the_kernel_multiplies_each_kv_head_once_against_its_stacked_queries(dims, tile, lead):
-    """fast.attend, called as the forward pass and the cache call it: leading axes of
-    sequences, then h_kv K/V heads, each against g*b stacked query rows; never h heads."""
+    """fast.attend after fast.group_queries, as the forward pass and the cache call it: leading
+    axes of sequences, then h_kv K/V heads, each against g*n stacked query rows; never h heads."""
     rng = np.random.default_rng(31)
     n, h, h_kv, g = dims.tokens, dims.heads, dims.kv_heads, dims.group
     Q = rng.standard_normal(lead + (h, n, dims.d_k))
@@ -272,7 +272,8 @@ def test_the_kernel_multiplies_each_kv_head_once_against_its_stacked_queries(dim
     V = rng.standard_normal(lead + (h_kv, n, dims.d_v))
     pos = np.broadcast_to(np.arange(n), lead + (n,))
     with record_matmuls() as log:
-        H = fast.attend(log.track(Q), K, V, pos, pos, masks.visible, block=n, tile=tile)
+        Qg, pos_g = fast.group_queries(log.track(Q), pos, h_kv)
+        H = fast.ungroup(fast.attend(Qg, K, V, pos_g, pos, masks.visible, block=g * n, tile=tile), h)
     assert log.records, "the kernel's Q K^T and S V were not recorded"
     for r in log.records:  # every Q K^T and S V
         assert r.a_shape[:-2] == r.b_shape[:-2] == lead + (h_kv,) and r.a_shape[-2] == g * n

@@ -62,7 +62,7 @@ def test_gpt_presets_print_as_before():
 # (layers, d_model, heads, d_ff, vocab_size, context_length), as published.
 # GPT-2: Radford et al. 2019, Table 2 (layers, d_model); section 2.2 (vocabulary 50,257,
 #   context 1024); heads from the released models (d_k 64).
-# GPT-3: Brown et al. 2020, Table 2.1 (n_layers, d_model, n_heads); section 2.1 (n_ctx = 2048,
+# GPT-3: Brown et al. 2020, Table 2.1 (layers, d_model, heads); section 2.1 (n_ctx = 2048,
 #   d_ff = 4 d_model). Two rows are kept as PRESETS' comment explains: XL with 16 heads of 128
 #   (the table prints 24 heads, which 2048 cannot hold) and 13B with d_model 5120 (the table
 #   prints 5140, 40 heads of 128 = 5120).

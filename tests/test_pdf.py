@@ -20,9 +20,10 @@ out here from the sources (`_toc.yml`, `_config.yml`, the notebooks and Markdown
 
 Without Chromium (or Playwright) the tests skip and say why; with CI=true they fail instead.
 
-Every test here is marked `book`. Under pytest-xdist, this module and tests/test_browser.py are
-one unit of work (see `xdist_unit` in conftest.py): both build into `_build/` (its
-`jupyter_execute/` too), so one worker runs them one after the other.
+Every test here is marked `book`. Under pytest-xdist the module is one unit of work: one worker
+builds the PDF once. The browser test may run beside it in the other worker: the PDF script
+builds only into `_build/pdf/` (its own Sphinx environment and `jupyter_execute/` included),
+the web build never writes there.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 PDF = ROOT / "_build" / "pdf" / "book.pdf"
 RECORD = ROOT / "_build" / "pdf" / "book.json"
+SINGLE_PAGE = ROOT / "_build" / "pdf" / "singlehtml"  # the single-page build the PDF prints
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 
@@ -279,7 +281,7 @@ def test_page_count_fits_the_content(book):
 
 def test_every_formula_is_typeset_by_mathjax(book):
     record = book["record"]
-    html = (ROOT / "_build" / "singlehtml" / f"{TOC['root']}.html").read_text()
+    html = (SINGLE_PAGE / f"{TOC['root']}.html").read_text()
     article = html[html.index('<article class="bd-article">'):html.rindex("</article>")]
     # Formulas of the text (span, div) and LaTeX the cells display (div.output.text_latex.math).
     formulas = len(re.findall(r'<(?:span|div) class="(?:[\w-]+ )*math( [\w-]+)*"', article))
@@ -307,7 +309,7 @@ def test_equation_numbers_are_printed_in_their_chapters(book):
 
 def test_every_image_and_figure_is_printed(book):
     reader = book["reader"]
-    html = (ROOT / "_build" / "singlehtml" / f"{TOC['root']}.html").read_text()
+    html = (SINGLE_PAGE / f"{TOC['root']}.html").read_text()
     article = html[html.index('<article class="bd-article">'):html.rindex("</article>")]
     images = len(re.findall(r"<img\s", article))
     assert images >= 5

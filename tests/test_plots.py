@@ -386,21 +386,21 @@ def test_causal_block_grid_kinds_match_a_brute_force_count(n, block):
         row = []
         for c0 in range(0, n, B):
             tile = allowed[r0:r0 + B, c0:c0 + B]
-            row.append(plots.COMPUTED if tile.all() else plots.MASKED if tile.any()
-                       else plots.SKIPPED)
+            row.append(fast.COMPUTED if tile.all() else fast.MASKED if tile.any()
+                       else fast.SKIPPED)
         expected.append(row)
-    kinds = plots.causal_block_kinds(n, block)
+    kinds = fast.causal_block_kinds(n, block)
     assert np.array_equal(kinds, expected)
     fig = plots.causal_block_grid(n, block)
     drawn = np.asarray(fig.axes[0].collections[0].get_array()).reshape(kinds.shape)
     assert np.array_equal(drawn, kinds)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     counts = [int(t.rsplit("(", 1)[1].rstrip(")")) for t in legend]
-    assert counts == [(kinds == k).sum() for k in (plots.COMPUTED, plots.MASKED, plots.SKIPPED)]
+    assert counts == [(kinds == k).sum() for k in (fast.COMPUTED, fast.MASKED, fast.SKIPPED)]
     skipped_entries = n * n - sum(min(r0 + B, n) * (min(r0 + B, n) - r0) for r0 in range(0, n, B))
     assert f"{skipped_entries / n**2:.0%} of the score entries skipped" in fig.axes[0].get_title()
     with pytest.raises(ValueError, match="positive"):
-        plots.causal_block_kinds(0, 4)
+        fast.causal_block_kinds(0, 4)
 
 # --- end of Part II --------------------------------------------------------------------------
 

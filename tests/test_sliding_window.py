@@ -385,17 +385,17 @@ def test_sliding_window_reach_draws_each_pattern_and_highlights_the_query_row(n,
                 else f"{L} layers of window {w}\noutput {q} reaches {count} inputs") in title
 
 
-@pytest.mark.parametrize("args, message", [
-    ((13, 0), "w must be a positive integer, got 0"),
-    ((0, 3), "n must be a positive integer, got 0"),
-    ((13, 3, (1, 0)), "layers must be a positive integer, got 0"),
-    ((13, 3, ()), "layers must name at least one depth"),
-    ((13, 3, (1,), 14), r"query must be a position 1 \.\. 13, got 14"),
-    ((13, 3, (1,), 0), r"query must be a position 1 \.\. 13, got 0"),
-    ((13, 2.5), "w must be a positive integer, got 2.5"),
+@pytest.mark.parametrize("args, error, message", [
+    ((13, 0), ValueError, "window must be a positive integer, got 0"),
+    ((0, 3), ValueError, "n must be a positive integer, got 0"),
+    ((13, 3, (1, 0)), ValueError, "layers must be a positive integer, got 0"),
+    ((13, 3, ()), ValueError, "layers must name at least one depth"),
+    ((13, 3, (1,), 14), ValueError, r"query must be a position 1 \.\. 13, got 14"),
+    ((13, 3, (1,), 0), ValueError, r"query must be a position 1 \.\. 13, got 0"),
+    ((13, 2.5), TypeError, "window must be a positive integer, got 2.5"),
 ])
-def test_sliding_window_reach_refuses_bad_sizes(args, message):
-    with pytest.raises(ValueError, match=message):
+def test_sliding_window_reach_refuses_bad_sizes(args, error, message):
+    with pytest.raises(error, match=message):
         sliding_window_reach(*args)
 
 

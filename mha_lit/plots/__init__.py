@@ -35,11 +35,7 @@ from .part1 import (
     product_shapes,
 )
 from .part2 import (
-    COMPUTED,
-    MASKED,
-    SKIPPED,
     causal_block_grid,
-    causal_block_kinds,
     flops_vs_length,
     matmul_count_bars,
     one_hot_product,
@@ -61,10 +57,6 @@ __all__ = [
     "one_hot_product",
     "matmul_count_bars",
     "flops_vs_length",
-    "SKIPPED",
-    "MASKED",
-    "COMPUTED",
-    "causal_block_kinds",
     "causal_block_grid",
     "roofline",
 ] + part3.__all__  # part3 lists its own figures

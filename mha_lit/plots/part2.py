@@ -2,8 +2,9 @@
 
 Part II is "Matrix multiplications in a transformer". Each function's
 docstring names the chapter that draws it. Every function returns its
-matplotlib Figure and does not show it; ``causal_block_kinds`` returns the
-array of block kinds that ``causal_block_grid`` draws.
+matplotlib Figure and does not show it. Nothing here computes attention:
+``causal_block_grid`` draws the block kinds that ``fast.causal_block_kinds``
+computes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..fast import COMPUTED, MASKED, SKIPPED, causal_block_kinds
 from ._style import HIGHLIGHT
 
 # --- Part II, chapters 9-12: counting matrix multiplications --------------
@@ -140,38 +142,11 @@ def flops_vs_length(seq_lens, models, crossovers, contexts=None,
     return fig
 
 
-SKIPPED, MASKED, COMPUTED = 0, 1, 2  # kinds of score block, chapter 12
-
-
-def causal_block_kinds(n: int, block: int | None = None) -> np.ndarray:
-    """Which (query block, key block) of S a causal blocked pass computes.
-
-    Book: chapter 12, "Skipping the masked blocks". Blocks of ``block``
-    rows (default ``fast.BLOCK_ROWS``) both ways; the query rows
-    r0 .. r1-1 meet keys 0 .. r1-1 only, as in ``fast.attend_block``.
-    Returns (k, k) of COMPUTED, MASKED (computed, then partly masked) or
-    SKIPPED, with k = ceil(n / block).
-    """
-    from ..fast import BLOCK_ROWS
-    block = BLOCK_ROWS if block is None else block
-    if n < 1 or block < 1:
-        raise ValueError(f"n and block must be positive, got {n}, {block}")
-    starts = range(0, n, block)
-    kinds = np.full((len(starts), len(starts)), SKIPPED)  # (k, k)
-    for i, r0 in enumerate(starts):
-        keys = min(r0 + block, n)  # the keys this query block meets
-        for j, c0 in enumerate(starts):
-            last_key = min(c0 + block, n) - 1
-            if c0 < keys:
-                kinds[i, j] = MASKED if last_key > r0 else COMPUTED
-    return kinds
-
-
 def causal_block_grid(n: int, block: int | None = None) -> plt.Figure:
     """The score blocks of a causal pass: computed, masked or skipped.
 
     Book: chapter 12, "Skipping the masked blocks". Draws
-    ``causal_block_kinds(n, block)`` at the true sizes of the blocks; the
+    ``fast.causal_block_kinds(n, block)`` at the true sizes of the blocks; the
     title gives the share of the n^2 score entries that is skipped.
     """
     from matplotlib.colors import ListedColormap
@@ -179,7 +154,7 @@ def causal_block_grid(n: int, block: int | None = None) -> plt.Figure:
 
     from ..fast import BLOCK_ROWS
     block = BLOCK_ROWS if block is None else block
-    kinds = causal_block_kinds(n, block)  # (k, k)
+    kinds = causal_block_kinds(n, block)  # (k, k), fast.py's block rule
     edges = np.minimum(np.arange(0, n + block, block), n)  # (k + 1,)
     sizes = np.diff(edges)  # (k,) rows of each block
     skipped = (np.outer(sizes, sizes) * (kinds == SKIPPED)).sum() / n**2

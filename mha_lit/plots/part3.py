@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # noqa: F401
 import numpy as np  # noqa: F401
 
 from ..checks import groups, positive_int
+from ..masks import window_reach
 
 # --- chapter 14: grouped-query and multi-query attention ---
 
@@ -141,35 +142,12 @@ def rope_planes(d: int = 14, positions=range(11), base: float = 10000.0,
 _UNREACHED, _REACHED, _QUERY_ROW = 0, 1, 2  # cell kinds of the reach figure
 
 
-def window_reach(n: int, w: int, layers: int = 1) -> np.ndarray:
-    """Which input rows can reach which output rows through stacked windows.
-
-    Book: chapter 16, "Stacked layers: the receptive field". One layer's
-    pattern D (n, n) is D[t, u] = 1 where 0 <= t - u <= w - 1: query t sees
-    key u (Python counts t and u from 0). ``layers`` = L such layers reach
-    along chains u -> ... -> t of L steps inside a window; the result is
-    the boolean n x n matrix D^L > 0, composed one integer product at a
-    time (every entry of a product is at most w, so it is exact).
-    """
-    for name, value in (("n", n), ("w", w), ("layers", layers)):
-        if (isinstance(value, bool) or not isinstance(value, int)
-                or value < 1):
-            raise ValueError(f"{name} must be a positive integer, "
-                             f"got {value!r}")
-    gap = np.arange(n)[:, None] - np.arange(n)[None, :]  # (n, n): t - u
-    D = ((gap >= 0) & (gap <= w - 1)).astype(np.int64)  # (n, n), one layer
-    R = D
-    for _ in range(layers - 1):
-        R = (D @ R > 0).astype(np.int64)  # (n, n), one more layer below
-    return R.astype(bool)
-
-
 def sliding_window_reach(n: int, w: int, layers=(1, 2, 3),
                          query: int | None = None) -> plt.Figure:
     """The sliding-window mask and what stacked layers reach, side by side.
 
     Book: chapter 16. One panel per entry L of ``layers``: the n x n
-    pattern ``window_reach(n, w, L)``, output rows t down the side, input
+    pattern ``masks.window_reach(n, w, L)``, output rows t down the side, input
     rows u along the top, both counted from 1. For L = 1 it is the mask
     itself (the keys query t sees). Row ``query`` (counted from 1, default
     n) is drawn in the highlight colour, and each panel's title says how
