@@ -185,12 +185,12 @@ class KVCache:
     # --- appending rows -----------------------------------------------------
 
     def step(self, x) -> np.ndarray:
-        """Append one row per sequence; return its output row. Book: ch. 7.
+        """Append one row; return its output row. Book: chapter 7.
 
-        x (d_model,) -> y (d_model,); with a batch, (B, d_model) ->
-        (B, d_model). It is ``extend`` with one row each.
+        x (d_model,) -> y (d_model,): ``_append`` with one row. (A cache of
+        B sequences takes one row for each, (B, d_model); chapter 12.)
         """
-        X = self._rows(x, "step", 1)  # (B, 1, d_model)
+        X = self._rows(x, "step", 1)  # (sequences, 1 row, d_model)
         Y = self._append(X, np.ones(X.shape[:2], dtype=bool))  # (B, 1, d)
         return self._as_given(Y[:, 0].astype(X.dtype, copy=False))
 
@@ -216,8 +216,10 @@ class KVCache:
         """Store the new rows' keys and values, attend their queries to
         every key held, and return their output rows. Book: chapter 7.
 
-        X (B, c, d_model), ``real`` (B, c) -> Y (B, c, d_model). Nothing
-        is kept if anything fails.
+        X (sequences, c rows, d_model) -> Y of the same shape. ``real``
+        marks the rows that are real tokens: all of them, except in the
+        padded batches of chapters 8 and 12. Nothing is kept if anything
+        fails.
         """
         new = self._project(X, real)  # their q, k, v and positions
         try:

@@ -21,6 +21,7 @@ from importlib.resources import files
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..masks import causal as causal_mask_of
 from .part1 import attention_heatmap, head_heatmaps
 
 __all__ = ["InteractiveHeatmaps", "interactive_heatmaps"]
@@ -159,7 +160,7 @@ def interactive_heatmaps(S, tokens=None, titles=None, figure=None,
                          f"{m} keys; every query is also a key")
     if not np.all(np.isfinite(S)) or S.min() < -1e-9 or S.max() > 1 + 1e-9:
         raise ValueError(f"S of shape {given} must hold weights in [0, 1]")
-    masked = (np.triu(np.ones((n, m), dtype=bool), k=1 + m - n) if causal
+    masked = (~causal_mask_of(n, m) if causal
               else np.zeros((n, m), bool))  # (n, m)
     if np.any(S[:, masked] != 0):
         raise ValueError(f"S of shape {given} has non-zero weight above the "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..masks import causal as causal_mask_of
 from ._style import _CELL, HIGHLIGHT, _annotate, _cell_text
 
 # --- Part I, chapters 1-3: matrix products, attention weights --------------
@@ -128,7 +129,7 @@ def attention_heatmap(S, ax=None, title=None, tokens=None,
         raise ValueError(
             f"attention_heatmap needs a 2-D S, got shape {S.shape}")
     n, m = S.shape
-    masked = (np.triu(np.ones((n, m), dtype=bool), k=1 + m - n) if causal
+    masked = (~causal_mask_of(n, m) if causal
               else np.zeros((n, m), bool))  # (n, m)
     if np.any(S[masked] != 0):
         raise ValueError(f"S ({n} x {m}) has non-zero weight above the "
