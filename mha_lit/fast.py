@@ -206,7 +206,7 @@ def group_queries(Q: np.ndarray, q_pos: np.ndarray, kv_heads: int):
     """Q (.., h, n, d_k) as (.., h_kv, n*g, d_k): a group's queries as rows.
 
     Book: Part III, chapter 14. The g query heads that share one K/V head
-    are laid side by side, position by position (rows t*g .. t*g + g-1 are
+    are interleaved, position by position (rows t*g .. t*g + g-1 are
     the g queries of position t), so that each K/V head meets all of them
     in one product and K and V are never repeated. The positions q_pos
     (.., n) come back repeated to match, (.., n*g). Without groups (g = 1),

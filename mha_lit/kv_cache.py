@@ -222,14 +222,15 @@ class KVCache:
         fails.
         """
         new = self._project(X, real)  # their q, k, v and positions
+        undo = self._store(new)  # their keys and values join the cache
         try:
-            self._store(new)  # their keys and values join the cache
             H = self._attend(new)  # every new query against every key held
+            Y = self._output(H, real)  # Concat W_O; padded rows 0
         except BaseException:
-            self._forget_past_lengths()  # as it was
+            undo()  # the cache as it was
             raise
-        self._lengths += real.sum(axis=1)  # (B,): committed
-        return self._output(H, real)  # Concat W_O; padded rows 0
+        self._lengths += real.sum(axis=1)  # committed
+        return Y
 
     # --- the steps of _append ------------------------------------------------
 
@@ -291,13 +292,23 @@ class KVCache:
         """The buffer slot of position ``at``: itself, or at mod w."""
         return at if self.window is None else at % self.window
 
-    def _store(self, new: dict) -> None:
-        """Write the new keys and values into the slots of their positions."""
+    def _store(self, new: dict):
+        """Write the new keys and values into the slots of their positions.
+
+        Returns a function that puts back what the slots held before.
+        """
         self._make_room(self._lengths + new["counts"], new["dtype"])
         seq, slots = new["seq"], self._slot(new["at"])  # (N,), (N,)
+        old = (self._K[seq, :, slots], self._V[seq, :, slots],
+               self._at[seq, slots])  # copies: advanced indexing
+
+        def undo():
+            self._K[seq, :, slots], self._V[seq, :, slots] = old[:2]
+            self._at[seq, slots] = old[2]
         self._K[seq, :, slots] = new["K"].transpose(1, 0, 2)  # (N, h_kv, d_k)
         self._V[seq, :, slots] = new["V"].transpose(1, 0, 2)  # (N, h_kv, d_v)
         self._at[seq, slots] = new["at"]
+        return undo
 
     def _attend(self, new: dict) -> np.ndarray:
         """H (h, N, d_v): every new query against the keys held.

@@ -376,19 +376,24 @@ def test_page_renders_offline(browser, site, page_name):
 
 
 def _first_look_weights() -> np.ndarray:
-    """S_1 and S_2 of the first look, (2, 3, 3), computed by mha_lit from the page's inputs."""
+    """S_1 and S_2 of the first look, (2, 3, 3), computed by mha_lit from the page's inputs.
+
+    Causal, as the page computes them: softmax(causal_mask(Q K^T / sqrt(d_k))) for each head.
+    """
     from mha_lit import (
         Dims,
-        attention_weights,
+        causal_mask,
         example_table,
         init_weights,
         sentence,
+        softmax,
     )
 
     dims = Dims()
     W = init_weights(dims, seed=0)
     X = sentence(["the", "cat", "sat"], example_table(np.random.default_rng(2), dims.d_model))
-    return np.stack([attention_weights(X @ W.W_Q[i], X @ W.W_K[i]) for i in range(dims.heads)])
+    return np.stack([softmax(causal_mask((X @ W.W_Q[i]) @ (X @ W.W_K[i]).T / np.sqrt(dims.d_k)))
+                     for i in range(dims.heads)])
 
 
 def _open(browser, html: Path, page_name: str, problems: list[str], **options):

@@ -9,6 +9,7 @@ from mha_lit import (
     softmax,
     trace,
 )
+from mha_lit.variants import reference
 from tests.shapes_for_tests import PRIME_DIMS
 
 
@@ -503,3 +504,27 @@ def test_repr_names_rows_heads_and_the_variants():
     batched.extend(np.ones((2, 2, 5)), key_mask=np.array([[True, True], [True, False]]))
     assert repr(batched) == ("KVCache(batch=2, rows=[2, 1], heads=4, kv_heads=2, d_k=6, d_v=11, "
                              "rope_base=10000, window=4)")
+
+
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("failing", ["attend", "output_projection"])
+def test_a_step_that_fails_late_leaves_the_cache_exactly_as_it_was(window, failing, monkeypatch):
+    """A failure after the keys were stored (in the attention or in W_O) puts back every slot,
+    the ring buffer's overwritten one included."""
+    from mha_lit import fast
+    W = init_weights(Dims(), seed=0)
+    X = np.random.default_rng(8).standard_normal((6, 5))
+    cache = KVCache(W, window=window)
+    cache.extend(X[:4])
+    keys, values, n = cache.keys.copy(), cache.values.copy(), len(cache)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    with monkeypatch.context() as m:
+        m.setattr(fast, failing, boom)
+        with pytest.raises(RuntimeError, match="boom"):
+            cache.step(X[4])
+    # exact: the same stored numbers, put back
+    assert len(cache) == n and np.array_equal(cache.keys, keys) and np.array_equal(cache.values, values)
+    assert np.allclose(cache.step(X[4]), reference(X[:5], W, window=window)[-1], rtol=0, atol=1e-12)
