@@ -3,9 +3,9 @@
     python scripts/build_pdf.py
 
 1. The strict build, as one HTML page (what `jupyter-book build . --builder singlehtml -W -n
-   --keep-going` does), writes every page of `_toc.yml`, in order, into `_build/singlehtml/`.
-   It shares the execution cache `_build/.jupyter_cache` with the web build, so after
-   `jupyter-book build .` no notebook runs again, and keeps its own Sphinx environment (see
+   --keep-going` does), writes every page of `_toc.yml`, in order, into `_build/pdf/singlehtml/`.
+   Like the web build it renders the notebooks' stored outputs (`execute_notebooks: "off"` in
+   _config.yml: no notebook runs), and it keeps its own Sphinx environment (see
    `build_single_page`).
 2. Headless Chromium (Debian's `chromium`, driven by Playwright; no browser download) opens that
    page with every request that is not `file://` refused, waits until MathJax (served from the
@@ -47,9 +47,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "_build"
-SINGLEHTML = BUILD / "singlehtml"
-DOCTREES = BUILD / ".doctrees-singlehtml"
 PDF_DIR = BUILD / "pdf"
+# Everything this script builds lies in _build/pdf/, apart from the web build's _build/html/,
+# _build/.doctrees/ and _build/jupyter_execute/ (myst-nb writes a build's images and notebooks
+# beside its output folder): the two builds can run at the same time (the browser test and the
+# PDF test do, in two pytest workers) without writing the same file.
+SINGLEHTML = PDF_DIR / "singlehtml"
+DOCTREES = PDF_DIR / ".doctrees"
 PDF = PDF_DIR / "book.pdf"
 RECORD = PDF_DIR / "book.json"
 MARK = "https://pdf-page-marker.invalid/"  # never requested: only a link annotation's address
@@ -363,9 +367,9 @@ def build_single_page() -> None:
     """The README's strict build (`jupyter-book build . -W -n --keep-going`), as one HTML page.
 
     This is what `jupyter-book build . --builder singlehtml -W -n --keep-going` runs, with one
-    change: the single-page build keeps its own Sphinx environment (`_build/.doctrees-singlehtml`)
-    instead of sharing `_build/.doctrees` with the web build. Each build then re-reads what
-    changed since its own last run, so neither leaves the other's pages stale (a page that shows
+    change: the single-page build keeps its own Sphinx environment (`_build/pdf/.doctrees`)
+    instead of sharing `_build/.doctrees` with the web build, and its own
+    `_build/pdf/jupyter_execute/`. Each build then re-reads what changed since its own last run, so neither leaves the other's pages stale (a page that shows
     another page's title in a link is rewritten when that title changes).
     """
     from jupyter_book.sphinx import build_sphinx
