@@ -1,7 +1,7 @@
 """Colours and cell helpers that the figures of every part share.
 
 ``HIGHLIGHT`` marks what a figure points at (the shared axis of a product,
-the entry being computed, masked blocks); ``_annotate`` and ``_cell_text``
+the entry being computed, masked blocks); ``annotate`` and ``cell_text``
 write numbers into the cells of an ``imshow``, dark on light cells and
 white on dark ones.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 HIGHLIGHT = "#d95f02"  # the shared axis of a product, the entry being computed
-_CELL = "#e8eef7"  # an ordinary cell of a shape diagram
+CELL = "#e8eef7"  # an ordinary cell of a shape diagram
 
 
-def _annotate(ax, M, fmt, skip=lambda i, j: False):
+def annotate(ax, M, fmt, skip=lambda i, j: False):
     """Write each entry of M in its cell.
 
     Dark text on light cells and white on dark ones.
@@ -29,7 +29,7 @@ def _annotate(ax, M, fmt, skip=lambda i, j: False):
                     fontsize=9, color="white" if dark else "black")
 
 
-def _cell_text(ax, r: int, c: int, text: str, dark: bool,
+def cell_text(ax, r: int, c: int, text: str, dark: bool,
                size: float = 10) -> None:
     """Write text in cell (r, c) of an imshow.
 

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..masks import causal as causal_mask_of
-from ._style import _CELL, HIGHLIGHT, _annotate, _cell_text
+from ._style import CELL, HIGHLIGHT, annotate, cell_text
 
 # --- Part I, chapters 1-3: matrix products, attention weights --------------
 
@@ -26,7 +26,7 @@ def _block(ax, x0, rows, cols, name, shade):
             hot = shade(i, j)
             ax.add_patch(plt.Rectangle((x0 + j, -i - 1), 1, 1,
                                        facecolor=HIGHLIGHT if hot
-                                       else _CELL, edgecolor="white", lw=1.5,
+                                       else CELL, edgecolor="white", lw=1.5,
                                        gid="highlight" if hot else "cell"))
     ax.text(x0 + cols / 2, 0.9, f"{name}\n{rows} × {cols}", ha="center",
             va="bottom", fontsize=15)
@@ -101,7 +101,7 @@ def matrix_panels(matrices, names, ops=(), row_labels=None, fmt=".2f",
     for k, (ax, M, name) in enumerate(zip(axes, matrices, names,
                                           strict=False)):
         ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-        _annotate(ax, M, fmt)
+        annotate(ax, M, fmt)
         ax.set_title(f"{name}  ({M.shape[0]} × {M.shape[1]})", fontsize=11)
         if k > 0 and ops:
             ax.text(-0.02, 1.04, ops[k - 1], transform=ax.transAxes,
@@ -143,7 +143,7 @@ def attention_heatmap(S, ax=None, title=None, tokens=None,
            else plt.figure(figsize=(1.0 * m + 1.8, 0.9 * n + 1.2)))
     ax = ax if ax is not None else fig.add_subplot()
     ax.imshow(np.where(masked, np.nan, S), cmap="Blues", vmin=0, vmax=1)
-    _annotate(ax, S, fmt, skip=lambda i, j: masked[i, j])
+    annotate(ax, S, fmt, skip=lambda i, j: masked[i, j])
     for i, j in zip(*np.nonzero(masked), strict=False):
         ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1,
                                    facecolor="#dddddd", hatch="//",
@@ -272,7 +272,7 @@ def dependency_grid(D, title: str = "") -> plt.Figure:
             ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1,
                                        facecolor="white", hatch="//",
                                        edgecolor="#bbbbbb", lw=0, gid="zero"))
-        _cell_text(ax, r, c, "0" if D[r, c] == 0 else f"{D[r, c]:.2g}",
+        cell_text(ax, r, c, "0" if D[r, c] == 0 else f"{D[r, c]:.2g}",
                    D[r, c] > 0.6 * D.max())
     ax.set_xticks(range(n), [f"$X_{j + 1}$" for j in range(n)])
     ax.set_yticks(range(n), [f"$Y_{j + 1}$" for j in range(n)])
