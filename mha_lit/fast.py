@@ -313,8 +313,12 @@ def attend(Q, K, V, q_pos, k_pos, seen=None, *, in_order: bool = True,
             c0 = int(np.argmax(first.reshape(-1, c1).any(axis=0)))
         Kb, Vb, kp = K[..., c0:c1, :], V[..., c0:c1, :], k_pos[..., c0:c1]
         if tile is None:  # whole key rows: chapter 3's kernel, every head
-            mask = None if seen is None else seen(qp, kp)[..., None, :, :]
-            H[..., r0:r1, :] = attention(Q[..., r0:r1, :], Kb, Vb, mask,
+            mask = None if seen is None else seen(qp, kp)  # (.., b, m)
+            if mask is not None and mask.all():  # nothing hidden
+                mask = None
+            H[..., r0:r1, :] = attention(Q[..., r0:r1, :], Kb, Vb,
+                                         None if mask is None
+                                         else mask[..., None, :, :],
                                          scale=1.0)  # (.., h, b, d_v)
         else:  # the online softmax, a tile of keys at a time
             def mask_of(t0, t1, qp=qp, kp=kp):

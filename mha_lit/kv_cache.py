@@ -279,8 +279,9 @@ class KVCache:
         dtype = np.result_type(X, self.W.dtype)
         seq = np.nonzero(real)[0]  # (N,): the sequence of each real row
         at = (self._lengths[:, None] + np.cumsum(real, axis=1) - 1)[real]
+        rows = X.reshape(-1, X.shape[-1]) if real.all() else X[real]  # (N, d)
         Q_T, K_T, V_T = fast.project_heads(
-            X[real].astype(dtype, copy=False), self.W)  # (.., N) each
+            rows.astype(dtype, copy=False), self.W)  # (.., N) each
         if self.rope_base is not None:
             fast.rotate_heads(Q_T, at, self.rope_base)
             fast.rotate_heads(K_T, at, self.rope_base)
@@ -299,14 +300,21 @@ class KVCache:
         """
         self._make_room(self._lengths + new["counts"], new["dtype"])
         seq, slots = new["seq"], self._slot(new["at"])  # (N,), (N,)
-        old = (self._K[seq, :, slots], self._V[seq, :, slots],
-               self._at[seq, slots])  # copies: advanced indexing
+        if (self._at[seq, slots] < 0).all():  # empty slots: nothing to keep
+            undo = self._forget_past_lengths
+        else:  # a ring buffer overwrites held keys: keep copies
+            old = (self._K[seq, :, slots], self._V[seq, :, slots],
+                   self._at[seq, slots])  # copies: advanced indexing
 
-        def undo():
-            self._K[seq, :, slots], self._V[seq, :, slots] = old[:2]
-            self._at[seq, slots] = old[2]
-        self._K[seq, :, slots] = new["K"].transpose(1, 0, 2)  # (N, h_kv, d_k)
-        self._V[seq, :, slots] = new["V"].transpose(1, 0, 2)  # (N, h_kv, d_v)
+            def undo():
+                self._K[seq, :, slots], self._V[seq, :, slots] = old[:2]
+                self._at[seq, slots] = old[2]
+        if len(self._at) == 1 and self.window is None and len(slots):  # a run
+            put = (0, slice(None), slice(slots[0], slots[0] + len(slots)))
+            self._K[put], self._V[put] = new["K"], new["V"]  # (h_kv, N, d)
+        else:  # (N, h_kv, d) into their (sequence, slot)
+            self._K[seq, :, slots] = new["K"].transpose(1, 0, 2)
+            self._V[seq, :, slots] = new["V"].transpose(1, 0, 2)
         self._at[seq, slots] = new["at"]
         return undo
 
@@ -354,8 +362,10 @@ class KVCache:
         N, h_dv = H.shape[1], self.W.heads * self.W.d_v
         concat = H.transpose(1, 0, 2).reshape(N, h_dv)  # (N, h*d_v)
         Y = fast.output_projection(concat, self.W)  # (N, d_model)
-        out = np.zeros(real.shape + (self.W.d_model,), Y.dtype)  # (B, c, d)
-        out[real] = Y
+        if real.all():
+            return Y.reshape(real.shape + Y.shape[-1:])  # (B, c, d_model)
+        out = np.zeros(real.shape + Y.shape[-1:], Y.dtype)  # (B, c, d_model)
+        out[real] = Y  # padded rows 0
         return out
 
     def _make_room(self, lengths: np.ndarray, dtype: np.dtype) -> None:
