@@ -403,11 +403,14 @@ def multi_head_attention_fast(X: np.ndarray, W: Weights,
     for s0, s1 in spans:  # one sequence at a time: views, no copies
         b, t = choose_sizes(s1 - s0, s1 - s0, W, rows.itemsize, block, tile)
         p = positions[s0:s1]  # (n,)
-        # chapter 14: each K/V head's query heads side by side
+        # chapter 14: each K/V head's query heads interleaved
         Qg, pg = group_queries(Q[:, s0:s1], p, W.kv_heads)
+        # without groups, H is written straight into its rows of Concat
+        into = concat[s0:s1].transpose(1, 0, 2) if W.group == 1 else None
         H = attend(Qg, K[:, s0:s1], V[:, s0:s1], pg, p, seen,
-                   block=b * W.group, tile=t)  # (h_kv, n*g, d_v)
-        concat[s0:s1] = ungroup(H, W.heads).transpose(1, 0, 2)  # (n, h, d_v)
+                   block=b * W.group, tile=t, out=into)  # (h_kv, n*g, d_v)
+        if into is None:
+            concat[s0:s1] = ungroup(H, W.heads).transpose(1, 0, 2)
     concat = concat.reshape(len(rows), W.heads * W.d_v)  # (N, h*d_v)
     Y = output_projection(concat, W)  # (N, d_model)
     return _padded_rows(Y, X, key_mask)  # shape of X
