@@ -32,7 +32,7 @@ def row_max(x, axis: int = -1) -> np.ndarray:
     score masked: it has no distribution. NaN or +inf anywhere in a slice
     makes its maximum NaN or +inf, so those are refused too.
     """
-    top = np.max(x, axis=axis, keepdims=True)  # same ndim as x
+    top = np.asanyarray(x).max(axis=axis, keepdims=True)  # x's ndim
     if not np.isfinite(top).all():
         raise ValueError(
             f"softmax input of shape {np.shape(x)} has a slice along axis "

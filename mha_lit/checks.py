@@ -66,7 +66,7 @@ def float_array(a, name: str, *, ndim: int | None = None) -> np.ndarray:
         arr = arr.astype(np.float64)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():
         bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
         raise ValueError(f"{name} of shape {arr.shape} holds {bad} NaN or "
                          "infinite entries")
@@ -187,12 +187,16 @@ def attention_operands(Q, K, V, mask=None):
     widths, a V without one row per key, a mask that is not boolean or
     does not broadcast to the scores (.., n, m).
     """
-    Q, K, V = (np.asanyarray(a) for a in (Q, K, V))
-    (n, d_k), (m, d_k2) = matrix_shape(Q, "Q"), matrix_shape(K, "K")
+    Q, K, V = np.asanyarray(Q), np.asanyarray(K), np.asanyarray(V)
+    if min(Q.ndim, K.ndim, V.ndim) < 2:
+        for a, name in ((Q, "Q"), (K, "K"), (V, "V")):
+            matrix_shape(a, name)  # names the first that is not a matrix
+    n, d_k = Q.shape[-2:]
+    m, d_k2 = K.shape[-2:]
     if d_k != d_k2:
         raise ValueError(f"Q is {Q.shape} and K is {K.shape}: Q K^T needs "
                          "both to have d_k columns")
-    if matrix_shape(V, "V")[0] != m:
+    if V.shape[-2] != m:
         raise ValueError(f"V has {V.shape[-2]} rows but K has {m}; S V "
                          f"needs one value row per key (V is {V.shape})")
     if mask is not None:

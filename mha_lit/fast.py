@@ -90,7 +90,9 @@ _DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _kept(W: Weights, key, make):
     """``make()``, computed the first time W is asked for ``key``."""
-    kept = _DERIVED.setdefault(W, {})
+    kept = _DERIVED.get(W)
+    if kept is None:
+        kept = _DERIVED[W] = {}
     if key not in kept:
         kept[key] = make()
     return kept[key]
@@ -301,30 +303,39 @@ def attend(Q, K, V, q_pos, k_pos, seen=None, *, in_order: bool = True,
     time. ``out``: an array (.., h, n, d_v) to write H into.
     """
     n, m = Q.shape[-2], K.shape[-2]
-    H = np.empty(Q.shape[:-1] + V.shape[-1:], Q.dtype) if out is None else out
+    one_block = out is None and 0 < n <= block  # its H is the whole H
+    H = out if out is not None or one_block else np.empty(
+        Q.shape[:-1] + V.shape[-1:], Q.dtype)  # (.., h, n, d_v)
     for r0 in range(0, n, block):
         r1 = min(r0 + block, n)
         qp = q_pos[..., r0:r1]  # (.., b): the block's positions
-        c0, c1 = 0, m  # the keys the block meets
+        c0, c1, first = 0, m, None  # the keys the block meets
         if seen is not None and in_order:
             c1 = min(m, int(qp.max()) + 1)  # no key after the last query
             # the block's first query sees the earliest key any of them sees
             first = seen(qp[..., :1], k_pos[..., :c1])  # (.., 1, c1)
-            c0 = int(np.argmax(first.reshape(-1, c1).any(axis=0)))
+            if not first[..., 0].all():  # key 0 hidden from some sequence
+                c0 = int(np.argmax(first.reshape(-1, c1).any(axis=0)))
         Kb, Vb, kp = K[..., c0:c1, :], V[..., c0:c1, :], k_pos[..., c0:c1]
         if tile is None:  # whole key rows: chapter 3's kernel, every head
-            mask = None if seen is None else seen(qp, kp)  # (.., b, m)
+            if seen is None:
+                mask = None
+            elif first is not None and r1 - r0 == 1:  # one query: known
+                mask = first[..., c0:]  # (.., 1, m)
+            else:
+                mask = seen(qp, kp)  # (.., b, m)
             if mask is not None and mask.all():  # nothing hidden
                 mask = None
-            H[..., r0:r1, :] = attention(Q[..., r0:r1, :], Kb, Vb,
-                                         None if mask is None
-                                         else mask[..., None, :, :],
-                                         scale=1.0)  # (.., h, b, d_v)
+            Hb = attention(Q[..., r0:r1, :], Kb, Vb,
+                           None if mask is None else mask[..., None, :, :],
+                           scale=1.0)  # (.., h, b, d_v)
         else:  # the online softmax, a tile of keys at a time
             def mask_of(t0, t1, qp=qp, kp=kp):
                 return None if seen is None else seen(qp, kp[..., t0:t1])
-            H[..., r0:r1, :] = attend_tiled(Q[..., r0:r1, :], Kb, Vb,
-                                            mask_of, tile)
+            Hb = attend_tiled(Q[..., r0:r1, :], Kb, Vb, mask_of, tile)
+        if one_block:
+            return Hb.astype(Q.dtype, copy=False)
+        H[..., r0:r1, :] = Hb
     return H
 
 

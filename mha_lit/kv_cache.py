@@ -277,9 +277,15 @@ class KVCache:
         and key are turned by it (chapter 15).
         """
         dtype = np.result_type(X, self.W.dtype)
-        seq = np.nonzero(real)[0]  # (N,): the sequence of each real row
-        at = (self._lengths[:, None] + np.cumsum(real, axis=1) - 1)[real]
-        rows = X.reshape(-1, X.shape[-1]) if real.all() else X[real]  # (N, d)
+        if real.all():  # row j of sequence b at L[b] + j
+            B, c = real.shape
+            seq = np.arange(B).repeat(c)  # (N,): the sequence of each row
+            at = (self._lengths[:, None] + np.arange(c)).ravel()  # (N,)
+            rows = X.reshape(-1, X.shape[-1])  # (N, d_model)
+        else:
+            seq = np.nonzero(real)[0]  # (N,)
+            at = (self._lengths[:, None] + np.cumsum(real, axis=1) - 1)[real]
+            rows = X[real]  # (N, d_model)
         Q_T, K_T, V_T = fast.project_heads(
             rows.astype(dtype, copy=False), self.W)  # (.., N) each
         if self.rope_base is not None:
@@ -300,7 +306,8 @@ class KVCache:
         """
         self._make_room(self._lengths + new["counts"], new["dtype"])
         seq, slots = new["seq"], self._slot(new["at"])  # (N,), (N,)
-        if (self._at[seq, slots] < 0).all():  # empty slots: nothing to keep
+        # without a window, position p >= L[b] is slot p: always empty
+        if self.window is None or (self._at[seq, slots] < 0).all():
             undo = self._forget_past_lengths
         else:  # a ring buffer overwrites held keys: keep copies
             old = (self._K[seq, :, slots], self._V[seq, :, slots],
@@ -310,12 +317,13 @@ class KVCache:
                 self._K[seq, :, slots], self._V[seq, :, slots] = old[:2]
                 self._at[seq, slots] = old[2]
         if len(self._at) == 1 and self.window is None and len(slots):  # a run
-            put = (0, slice(None), slice(slots[0], slots[0] + len(slots)))
-            self._K[put], self._V[put] = new["K"], new["V"]  # (h_kv, N, d)
+            run = slice(slots[0], slots[0] + len(slots))
+            self._K[0, :, run], self._V[0, :, run] = new["K"], new["V"]
+            self._at[0, run] = new["at"]
         else:  # (N, h_kv, d) into their (sequence, slot)
             self._K[seq, :, slots] = new["K"].transpose(1, 0, 2)
             self._V[seq, :, slots] = new["V"].transpose(1, 0, 2)
-        self._at[seq, slots] = new["at"]
+            self._at[seq, slots] = new["at"]
         return undo
 
     def _attend(self, new: dict) -> np.ndarray:
@@ -325,34 +333,42 @@ class KVCache:
         in a decoding step) are computed together, batched.
         """
         W, counts = self.W, new["counts"]
-        used = int(self._lengths.max() + counts.max())  # slots in use
-        used = min(used, self.capacity)
+        used = min(int((self._lengths + counts).max()),
+                   self.capacity)  # slots in use
         K, V = self._K[:, :, :used], self._V[:, :, :used]  # (B, h_kv, ..)
         at_k = self._at[:, :used]  # (B, used), -1 where empty
         Q, at = new["Q"], new["at"]
-        together = bool((counts == counts[0]).all())
+        together = len(counts) == 1 or bool((counts == counts[0]).all())
+        # one new row for each sequence, all of one length: every slot in use
+        # holds one of the last w positions before the new query's own, so
+        # the mask would hide nothing (chapter 7: the new token sees all)
+        L = self._lengths  # before the new rows
+        sees_all = together and counts[0] == 1 and (
+            len(L) == 1 or bool((L == L[0]).all()))
+        seen = None if sees_all else self._seen
         block, tile = fast.choose_sizes(
             int(counts.max()), used, W, self._K.itemsize,
             stack=len(counts) if together else 1)
         if together:  # (B, h, c, d_k): all at once
             B, c = len(counts), int(counts[0])
             Qb = Q.reshape(W.heads, B, c, W.d_k).transpose(1, 0, 2, 3)
-            H = self._attend_rows(Qb, K, V, at.reshape(B, c), at_k, block,
-                                  tile)  # (B, h, c, d_v)
+            H = self._attend_rows(Qb, K, V, at.reshape(B, c), at_k, seen,
+                                  block, tile)  # (B, h, c, d_v)
             return H.transpose(1, 0, 2, 3).reshape(W.heads, -1, W.d_v)
         H = np.empty(Q.shape[:2] + (W.d_v,), np.result_type(Q, V))
         ends = np.cumsum(counts)  # each sequence's rows, one after another
         for b, (s0, s1) in enumerate(zip(ends - counts, ends, strict=True)):
             if s1 > s0:
                 H[:, s0:s1] = self._attend_rows(Q[:, s0:s1], K[b], V[b],
-                                                at[s0:s1], at_k[b], block,
-                                                tile)  # (h, c_b, d_v)
+                                                at[s0:s1], at_k[b], seen,
+                                                block, tile)  # (h, c_b, d_v)
         return H
 
-    def _attend_rows(self, Q, K, V, at, at_k, block, tile) -> np.ndarray:
+    def _attend_rows(self, Q, K, V, at, at_k, seen, block,
+                     tile) -> np.ndarray:
         """``fast.attend`` with each K/V head's query heads side by side."""
         Qg, at_g = fast.group_queries(Q, at, self.W.kv_heads)  # chapter 14
-        H = fast.attend(Qg, K, V, at_g, at_k, self._seen,
+        H = fast.attend(Qg, K, V, at_g, at_k, seen,
                         in_order=self.window is None,  # slot j: position j
                         block=block * self.W.group, tile=tile)
         return fast.ungroup(H, self.W.heads)  # (.., h, c, d_v)
@@ -372,6 +388,8 @@ class KVCache:
         """Buffers that hold ``lengths`` rows per sequence, in ``dtype``."""
         cap = self.capacity
         need = int(lengths.max())
+        if need <= cap and dtype == self._K.dtype:  # room already
+            return
         if self.window is not None:  # a ring never holds more than w rows
             need = min(need, self.window)
         new_cap = cap
