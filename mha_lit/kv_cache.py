@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import checks, fast, masks
+from .attention import attention
 from .shapes import Weights
 
 __all__ = ["KVCache", "step_multiply_adds", "recompute_multiply_adds",
@@ -280,7 +281,8 @@ class KVCache:
         if real.all():  # row j of sequence b at L[b] + j
             B, c = real.shape
             seq = np.arange(B).repeat(c)  # (N,): the sequence of each row
-            at = (self._lengths[:, None] + np.arange(c)).ravel()  # (N,)
+            at = (self._lengths.copy() if c == 1 else  # (N,)
+                  (self._lengths[:, None] + np.arange(c)).ravel())
             rows = X.reshape(-1, X.shape[-1])  # (N, d_model)
         else:
             seq = np.nonzero(real)[0]  # (N,)
@@ -366,11 +368,15 @@ class KVCache:
 
     def _attend_rows(self, Q, K, V, at, at_k, seen, block,
                      tile) -> np.ndarray:
-        """``fast.attend`` with each K/V head's query heads side by side."""
+        """The kernel, each K/V head's query heads side by side: ``attention``
+        itself when nothing is hidden, else ``fast.attend`` with the rule."""
         Qg, at_g = fast.group_queries(Q, at, self.W.kv_heads)  # chapter 14
-        H = fast.attend(Qg, K, V, at_g, at_k, seen,
-                        in_order=self.window is None,  # slot j: position j
-                        block=block * self.W.group, tile=tile)
+        if seen is None and tile is None:  # no mask, whole rows: the kernel
+            H = attention(Qg, K, V, scale=1.0).astype(Qg.dtype, copy=False)
+        else:
+            H = fast.attend(Qg, K, V, at_g, at_k, seen,
+                            in_order=self.window is None,  # slot j: position j
+                            block=block * self.W.group, tile=tile)
         return fast.ungroup(H, self.W.heads)  # (.., h, c, d_v)
 
     def _output(self, H: np.ndarray, real: np.ndarray) -> np.ndarray:
@@ -378,7 +384,7 @@ class KVCache:
         N, h_dv = H.shape[1], self.W.heads * self.W.d_v
         concat = H.transpose(1, 0, 2).reshape(N, h_dv)  # (N, h*d_v)
         Y = fast.output_projection(concat, self.W)  # (N, d_model)
-        if real.all():
+        if N == real.size:  # every row real
             return Y.reshape(real.shape + Y.shape[-1:])  # (B, c, d_model)
         out = np.zeros(real.shape + Y.shape[-1:], Y.dtype)  # (B, c, d_model)
         out[real] = Y  # padded rows 0
