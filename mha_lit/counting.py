@@ -19,7 +19,7 @@ Letters in shape comments and formulas (those of ``shapes`` and
     h        heads per layer                         heads
     d_k=d_v  width of one head                       d_k (GPT: d_model / h)
     d_ff     hidden width of the feed-forward net    d_ff (GPT: 4 d_model)
-    V        vocabulary size                         vocab_size
+    n_vocab  vocabulary size                         vocab_size
     h_kv     key/value heads (chapter 14)            kv_heads
     d_c      width of MLA's cached latent (ch. 17)   LatentKV.d_c
     d_r      width of MLA's shared RoPE key          LatentKV.d_r
@@ -81,11 +81,12 @@ def one_hot(token_ids, vocab_size: int) -> np.ndarray:
     """The one-hot matrix of ``token_ids``.
 
     Book: chapter 9, "The embedding as a product". Row i has a single 1, in
-    column token_ids[i]; the result is (n, V), so one_hot(ids, V) @ E picks
-    the rows E[ids] of an embedding matrix E (V, d_model).
+    column token_ids[i] (ids count from 0, as a tokenizer numbers them);
+    the result is (n, n_vocab), so one_hot(ids, n_vocab) @ E picks the rows
+    E[ids] of an embedding matrix E (n_vocab, d_model).
     """
     ids = checks.token_ids(token_ids, vocab_size, "token_ids", ndim=1)
-    O = np.zeros((ids.size, vocab_size))  # (n, V)
+    O = np.zeros((ids.size, vocab_size))  # (n, n_vocab)
     O[np.arange(ids.size), ids] = 1.0  # one 1 per row
     return O
 
@@ -104,11 +105,12 @@ def param_breakdown(cfg: TransformerConfig,
                     tied: bool = True) -> dict[str, int]:
     """Trainable parameters of a GPT-2/GPT-3 model by component.
 
-    Book: chapter 10. Token embedding V x d_model, learned positions
+    Book: chapter 10. Token embedding n_vocab x d_model, learned positions
     n_ctx x d_model; per layer W_Q, W_K, W_V, W_O with biases, W_1, b_1,
     W_2, b_2, and two layer norms; one final layer norm. With ``tied`` (as
     in GPT-2's released weights) the output layer reuses the token
-    embedding; ``tied=False`` adds an output matrix d_model x V of its own.
+    embedding; ``tied=False`` adds an output matrix d_model x n_vocab of
+    its own.
     """
     c = check_config(cfg, TransformerConfig, "param_breakdown")
     L, d, f = c.layers, c.d_model, c.d_ff
@@ -159,8 +161,8 @@ def kv_cache_bytes(cfg: ModelSizes, tokens: int = 1,
     """
     c = check_config(cfg, ModelSizes, "kv_cache_bytes")
     n = checks.positive_int(tokens, "tokens")
-    b = checks.positive_int(bytes_per_value, "bytes_per_value")
-    return kv_values_per_token(c) * tokens_held(c, n) * b
+    s = checks.positive_int(bytes_per_value, "bytes_per_value")
+    return kv_values_per_token(c) * tokens_held(c, n) * s
 
 
 def matmul_breakdown(cfg: TransformerConfig,
@@ -210,7 +212,7 @@ def flops_breakdown(cfg: TransformerConfig, tokens: int) -> dict[str, int]:
         "output projection W_O": L * 2 * n * h * d_k * d,
         # (n, d_model) @ (d_model, d_ff), (n, d_ff) @ (d_ff, d_model)
         "feed-forward W_1, W_2": L * 2 * 2 * n * d * f,
-        # (n, d_model) @ (d_model, V)
+        # (n, d_model) @ (d_model, n_vocab)
         "output layer": 2 * n * d * c.vocab_size,
     }
 
@@ -291,8 +293,8 @@ def decoder_param_breakdown(cfg: DecoderConfig, tied: bool = False,
     is tied to it.
     """
     c = check_config(cfg, DecoderConfig, "decoder_param_breakdown")
-    L, d, V = c.layers, c.d_model, c.vocab_size
-    parts = {} if active and not tied else {"token embedding": V * d}
+    L, d, n_vocab = c.layers, c.d_model, c.vocab_size
+    parts = {} if active and not tied else {"token embedding": n_vocab * d}
     parts["attention"] = L * _attention_params(c)
     moe = c.moe
     dense = L if moe is None else moe.first_dense
@@ -308,7 +310,7 @@ def decoder_param_breakdown(cfg: DecoderConfig, tied: bool = False,
             moe.n_routed  # (d_model, n_routed), and a bias if any
     parts["norms (RMSNorm)"] = L * 2 * d + d
     if not tied:
-        parts["output layer"] = d * V
+        parts["output layer"] = d * n_vocab
     return {name: n for name, n in parts.items() if n}
 
 

@@ -15,7 +15,7 @@ through the stack. Both give what ``gpt_forward`` gives on the tokens so
 far, to rounding; the tests check it token for token.
 
 Letters in shape comments: n tokens, m new tokens, B sequences, d_model,
-V vocabulary entries, L layers.
+n_vocab vocabulary entries, L layers.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ __all__ = ["GPTWeights", "init_gpt_weights", "gpt_forward", "Decoder"]
 class GPTWeights:
     """Every array of a small GPT. Book: chapter 12.
 
-        E                (V, d_model)      token embedding, and the output
+        E                (n_vocab, d_model) token embedding, and the output
                                            layer (tied, as in GPT-2)
         P                (n_ctx, d_model)  learned position vectors
         blocks           L BlockWeights    GPT-2's pre-LN blocks
@@ -138,7 +138,7 @@ def init_gpt_weights(dims: Dims | None = None, layers: int = 2,
                                  attn_biases=attn_biases, dtype=dtype)
               for layer in range(layers)]
     return GPTWeights(
-        E=rng.standard_normal((vocab_size, d)).astype(dtype),  # (V, d)
+        E=rng.standard_normal((vocab_size, d)).astype(dtype),  # (n_vocab, d)
         P=(0.1 * rng.standard_normal((context_length, d))).astype(dtype),
         blocks=tuple(blocks),
         gamma_f=(1 + 0.1 * rng.standard_normal(d)).astype(dtype),  # (d,)
@@ -157,7 +157,7 @@ def _check_tokens(tokens, G: GPTWeights, batch: int | None) -> np.ndarray:
 
 
 def gpt_forward(tokens, G: GPTWeights) -> np.ndarray:
-    """Logits (n, V) of every position, computed from scratch.
+    """Logits (n, n_vocab) of every position, computed from scratch.
 
     Book: chapter 12 (the pipeline of chapter 9, with GPT-2's blocks of
     chapter 8). Row t scores every vocabulary entry as token t + 1.
@@ -173,7 +173,7 @@ def gpt_forward(tokens, G: GPTWeights) -> np.ndarray:
     X = G.E[t] + G.P[:n]  # (n, d_model)
     for block in G.blocks:
         X = gpt_block(X, block, pre_ln=True)  # (n, d_model)
-    return layer_norm(X, G.gamma_f, G.beta_f) @ G.E.T  # (n, V)
+    return layer_norm(X, G.gamma_f, G.beta_f) @ G.E.T  # (n, n_vocab)
 
 
 class Decoder:
@@ -201,7 +201,7 @@ class Decoder:
         self.batch = batch
         self.caches = [KVCache(block.attn, capacity, batch=batch)
                        for block in G.blocks]
-        self._logits = None  # (B, V): the latest position's, per sequence
+        self._logits = None  # (B, n_vocab): the latest position's, each
 
     def reset(self) -> None:
         """Forget every sequence: empty caches, no logits."""
@@ -227,7 +227,10 @@ class Decoder:
 
     @property
     def logits(self) -> np.ndarray:
-        """Logits of each sequence's latest token: (V,), or (B, V) (a copy)."""
+        """Logits of each sequence's latest token (a copy).
+
+        (n_vocab,), or (B, n_vocab) with a batch.
+        """
         if self._logits is None:
             raise RuntimeError("no tokens yet: call prefill first")
         return (self._logits[0] if self.batch is None else self._logits).copy()
@@ -250,10 +253,13 @@ class Decoder:
                                           block.b_2)  # X' + FFN(LN_2(X'))
         return X
 
-    def _output(self, Z: np.ndarray) -> np.ndarray:
-        """Logits (rows, V) of final hidden rows Z (rows, d_model): Z E^T."""
+    def _output(self, X: np.ndarray) -> np.ndarray:
+        """Logits (rows, n_vocab) of the last hidden rows X (rows, d_model).
+
+        LN_f(X) E^T, the output layer tied to the embedding.
+        """
         G = self.G
-        return few_rows_product(G.E, layer_norm_rows(Z, G.gamma_f, G.beta_f))
+        return few_rows_product(G.E, layer_norm_rows(X, G.gamma_f, G.beta_f))
 
     def prefill(self, tokens, key_mask=None) -> np.ndarray:
         """Feed a prompt at once; return the logits of its last token."""
@@ -287,9 +293,9 @@ class Decoder:
             return out.reshape(nb * m, d)
 
         def run():
-            Z = self._layers(Xs, attention, few=False).reshape(nb, m, d)
+            X_out = self._layers(Xs, attention, few=False).reshape(nb, m, d)
             last = np.array([np.flatnonzero(row)[-1] for row in mask])  # (B,)
-            return self._output(Z[np.arange(nb), last])  # (B, V)
+            return self._output(X_out[np.arange(nb), last])  # (B, n_vocab)
 
         self._logits = self._all_or_nothing(run)
         return self.logits

@@ -2,7 +2,7 @@
 
 Book: chapter 13 "From CPU to GPU" (everything here) and chapter 12
 "Computing it efficiently" (``matmul_intensity``, ``measure_rates``,
-``attention_traffic``).
+``attention_traffic``, ``attention_traffic_fa2``).
 
 A product of an (a x b) and a (b x c) matrix does a b c multiply-adds,
 2 a b c FLOPs. It must at least read both factors and write the result:
@@ -42,8 +42,10 @@ __all__ = [
     "roofline_seconds",
     "Product",
     "layer_products",
+    "rows_at_ridge",
     "compute_bound_batch",
     "attention_traffic",
+    "attention_traffic_fa2",
     "training_flops",
     "training_days",
     "measure_rates",
@@ -202,71 +204,119 @@ def layer_products(cfg: TransformerConfig, new_tokens: int, context: int,
     ]
 
 
-def compute_bound_batch(cfg: TransformerConfig, acc: Accelerator,
-                        bytes_per_value: float = 2) -> int:
-    """Smallest decoding batch whose weight products reach ``acc``'s ridge.
+def rows_at_ridge(b: int, c: int, acc: Accelerator,
+                  bytes_per_value: float = 2) -> int:
+    """Fewest rows a for which an (a x b) @ (b x c) product reaches the ridge.
 
-    Book: chapter 13. In a decoding step every sequence adds one row to
-    each weight product; the intensity of the smallest weight product
-    (W_O, d_model x d_model) grows with the batch B as matmul_intensity(B,
-    d, d) and reaches the ridge point I* at the returned B (about s I* / 2
-    for a wide model, s = ``bytes_per_value``). The products
-    against the KV cache (Q K^T, S V) do not take part: every sequence
-    reads its own cache, so their intensity does not grow with B.
+    Book: chapter 13. The intensity matmul_intensity(a, b, c, s) grows with
+    a towards 2 b c / (s (b + c)); the returned a is the first at which it
+    is at least ``acc``'s ridge point I* (about s I* / 2 when b and c are
+    large next to a). The rows are whatever shares the weight matrix
+    (b x c): the sequences of a decoding step, or every prompt token of
+    every sequence in a prefill. A ValueError if the limit stays below I*.
     """
-    c = check_config(cfg, TransformerConfig, "compute_bound_batch")
+    b = checks.positive_int(b, "b")
+    c = checks.positive_int(c, "c")
     ridge = acc.ridge_point
-    d = c.d_model
-    limit = 2 * d / (2 * bytes_per_value)  # intensity as B -> infinity
+    limit = 2 * b * c / (bytes_per_value * (b + c))  # as a -> infinity
     if limit <= ridge:
         raise ValueError(
-            f"a {d} x {d} weight product never reaches {acc.name}'s ridge "
+            f"a {b} x {c} weight product never reaches {acc.name}'s ridge "
             f"point of {ridge:.0f} FLOPs/byte at {bytes_per_value} bytes "
-            "per value, whatever the batch")
+            "per value, whatever the number of rows")
     lo, hi = 1, 1
-    while matmul_intensity(hi, d, d, bytes_per_value) < ridge:
+    while matmul_intensity(hi, b, c, bytes_per_value) < ridge:
         lo, hi = hi, 2 * hi
-    while lo < hi:  # the intensity grows with the batch: bisect
+    while lo < hi:  # the intensity grows with the rows: bisect
         mid = (lo + hi) // 2
-        if matmul_intensity(mid, d, d, bytes_per_value) < ridge:
+        if matmul_intensity(mid, b, c, bytes_per_value) < ridge:
             lo = mid + 1
         else:
             hi = mid
     return lo
 
 
-def attention_traffic(n: int, d: int, sram_values: int | None = None
+def compute_bound_batch(cfg: TransformerConfig, acc: Accelerator,
+                        bytes_per_value: float = 2) -> int:
+    """Smallest decoding batch whose weight products reach ``acc``'s ridge.
+
+    Book: chapter 13. In a decoding step every sequence adds one row to
+    each weight product; the smallest weight product (W_O, d_model x
+    d_model) is the last to reach the ridge point I*, at
+    rows_at_ridge(d_model, d_model) rows (about s I* / 2 for a wide model,
+    s = ``bytes_per_value``). The products against the KV cache (Q K^T,
+    S V) do not take part: every sequence reads its own cache, so their
+    intensity does not grow with B. The same count of rows holds for a
+    prefill, whose weight products see every prompt token of the batch.
+    """
+    c = check_config(cfg, TransformerConfig, "compute_bound_batch")
+    return rows_at_ridge(c.d_model, c.d_model, acc, bytes_per_value)
+
+
+def attention_traffic(n: int, d_k: int, sram_values: int | None = None
                       ) -> int:
     """Numbers moved between main memory and the chip by one head's attention.
 
     Book: chapter 12 and chapter 13, after Dao et al. (2022), who count the
     accesses to a GPU's high-bandwidth memory (HBM) of one head with n
-    tokens and width d.
+    tokens and head width d_k (their N and d). Their S and P are the
+    book's scores Z and weights S.
 
     ``sram_values=None``: the standard computation (their Algorithm 0):
-    read Q and K, write S = Q K^T; read S, write P = softmax(S); read P
-    and V, write O = P V: 4 n d + 4 n^2 numbers, Theta(n d + n^2).
+    read Q and K, write Z = Q K^T; read Z, write S = softmax(Z); read S
+    and V, write H = S V: 4 n d_k + 4 n^2 numbers, Theta(n d_k + n^2).
 
-    ``sram_values=M``: the tiled computation with on-chip memory of M
-    numbers (their Algorithm 1): O and the row statistics m and l are
-    first written as zeros (n d + 2 n); blocks of B_c = ceil(M / 4d) keys
-    and values are read once (2 n d); for each of the T_c = ceil(n / B_c)
-    key blocks every query block reads Q_i and O_i and writes O_i, and
-    reads and writes m and l (3 n d + 4 n). Theta(n^2 d^2 / M): S and P
-    never leave the chip. As n grows the ratio of the two counts tends to
-    M / (3 d^2).
+    ``sram_values=M``: FlashAttention's tiled computation with on-chip
+    memory of M numbers (their Algorithm 1, the loop order of
+    FlashAttention-1: key blocks outside, query blocks inside). The output
+    and the row statistics m and l are first written as zeros
+    (n d_k + 2 n); blocks of B_c = ceil(M / 4 d_k) keys and values are
+    read once (2 n d_k); for each of the T_c = ceil(n / B_c) key blocks
+    every query block reads its queries and partial output and writes the
+    output back, and reads and writes m and l (3 n d_k + 4 n).
+    Theta(n^2 d_k^2 / M): Z and S never leave the chip. As n grows the
+    ratio of the two counts tends to M / (3 d_k^2).
     """
     n = checks.positive_int(n, "n")
-    d = checks.positive_int(d, "d")
+    d_k = checks.positive_int(d_k, "d_k")
     if sram_values is None:
-        return 4 * n * d + 4 * n * n
+        return 4 * n * d_k + 4 * n * n
     M = checks.positive_int(sram_values, "sram_values")
-    if M < 4 * d:
+    if M < 4 * d_k:
         raise ValueError(f"on-chip memory of {M} numbers cannot hold a block "
-                         f"of one key, value and query row of width d = {d}")
-    block_keys = math.ceil(M / (4 * d))
+                         f"of one key, value and query row of width "
+                         f"d_k = {d_k}")
+    block_keys = math.ceil(M / (4 * d_k))
     key_blocks = math.ceil(n / block_keys)
-    return n * d + 2 * n + 2 * n * d + key_blocks * (3 * n * d + 4 * n)
+    return (n * d_k + 2 * n + 2 * n * d_k
+            + key_blocks * (3 * n * d_k + 4 * n))
+
+
+def attention_traffic_fa2(n: int, d_k: int, sram_values: int) -> int:
+    """Numbers moved by one head's attention in FlashAttention-2's loop order.
+
+    Book: chapter 12, after Dao (2023), Algorithm 1 (forward pass): query
+    blocks outside, key blocks inside. Each block of B_r queries is read
+    once and keeps its running m, l and output rows on the chip; every
+    block of keys and values is read once per query block, T_r =
+    ceil(n / B_r) times; at the end the output block is written once,
+    with one number per row (L = m + log l, kept for the backward pass).
+    That is 2 n d_k + n + T_r * 2 n d_k numbers. The paper tunes B_r; here
+    B_r = ceil(M / 4 d_k) for on-chip memory of M = ``sram_values``
+    numbers, the size Algorithm 1 of FlashAttention-1 gives its blocks of
+    keys, so that the two loop orders share their on-chip memory alike.
+    As n grows the ratio to the standard count tends to M / (2 d_k^2).
+    """
+    n = checks.positive_int(n, "n")
+    d_k = checks.positive_int(d_k, "d_k")
+    M = checks.positive_int(sram_values, "sram_values")
+    if M < 4 * d_k:
+        raise ValueError(f"on-chip memory of {M} numbers cannot hold a block "
+                         f"of one query, output, key and value row of width "
+                         f"d_k = {d_k}")
+    block_queries = math.ceil(M / (4 * d_k))
+    query_blocks = math.ceil(n / block_queries)
+    return 2 * n * d_k + n + query_blocks * 2 * n * d_k
 
 
 def training_flops(params: float, tokens: float) -> float:
@@ -284,7 +334,9 @@ def training_days(flops: float, acc: Accelerator, gpus: int,
     """Days to do ``flops`` on ``gpus`` copies of ``acc`` at MFU ``mfu``.
 
     Book: chapter 13. Model FLOPs utilisation (MFU) is the share of the
-    peak rate pi that the model's own FLOPs (6 N per token) reach.
+    peak rate pi that the model's own FLOPs reach; the book counts them as
+    6 N per token, without the attention term that Chowdhery et al. (2022)
+    add.
     """
     gpus = checks.positive_int(gpus, "gpus")
     if not 0 < mfu <= 1:

@@ -84,6 +84,29 @@ def test_every_preset_within_four_percent_of_published():
         assert abs(counting.param_count(cfg) / models.PUBLISHED_PARAMS[name] - 1) < 0.04, name
 
 
+# Published counts as printed: GPT-2's released checkpoints are named by their size in millions
+# (openai/gpt-2: 124M, 355M, 774M, 1558M); GPT-3's are Brown et al. 2020, Table D.1, "Params (M)".
+COUNTS_PUBLISHED_M = {"gpt2-small": 124, "gpt2-medium": 355, "gpt2-large": 774, "gpt2-xl": 1558,
+                      "gpt3-small": 125, "gpt3-medium": 356, "gpt3-large": 760, "gpt3-xl": 1320,
+                      "gpt3-2.7b": 2650, "gpt3-6.7b": 6660, "gpt3-13b": 12850, "gpt3-175b": 174600}
+
+
+def _to_printed_digits(count, millions):
+    """count rounded to the digits of ``millions`` (174600 -> hundreds of millions)."""
+    step = 10 ** (len(str(millions)) - len(str(millions).rstrip("0")))
+    return round(count / 1e6 / step) * step
+
+
+@pytest.mark.parametrize("name", sorted(COUNTS_PUBLISHED_M))
+def test_tied_count_is_the_published_count_to_its_printed_digits(name):
+    """Chapter 10: every tied count rounds to the published one; GPT-3's untied counts do not,
+    which is how Table D.1 shows that GPT-3 ties its output layer to the embedding."""
+    cfg, published = models.PRESETS[name], COUNTS_PUBLISHED_M[name]
+    assert _to_printed_digits(counting.param_count(cfg), published) == published
+    assert _to_printed_digits(counting.param_count(cfg, tied=False), published) != published
+    assert set(COUNTS_PUBLISHED_M) == set(models.PRESETS)
+
+
 def test_param_count_matches_12_L_d_squared_rule():
     cfg = TransformerConfig(7, 55, 5, 220, 13, 11)
     per_layer = 12 * 55**2 + 13 * 55  # attention 4d^2 + 4d, FFN 8d^2 + 5d, two norms 4d

@@ -107,6 +107,47 @@ def test_attention_traffic_follows_dao_et_al():
         roofline.attention_traffic(n, d, 100)
 
 
+def test_flashattention2_traffic_reads_keys_and_values_once_per_query_block():
+    """Dao (2023), Algorithm 1: Q read and O written once, L written once, K and V read
+    T_r = ceil(n / B_r) times, with B_r = ceil(M / 4 d_k) here."""
+    for n, d_k, M in ((2048, 128, 116_736), (1024, 64, 100_000), (300, 16, 64), (7, 5, 20)):
+        Br = math.ceil(M / (4 * d_k))
+        fa2 = roofline.attention_traffic_fa2(n, d_k, M)
+        assert fa2 == 2 * n * d_k + n + math.ceil(n / Br) * 2 * n * d_k
+        # one query block (B_r >= n): every input once, the output once
+        if Br >= n:
+            assert fa2 == 4 * n * d_k + n
+    # the same on-chip memory: the repeated traffic is 2 n d_k per block, not 3 n d_k + 4 n,
+    # so the loop swap moves less, and the ratio to the standard count tends to M / (2 d_k^2)
+    n, d_k, M = 2048, 128, 116_736
+    assert roofline.attention_traffic_fa2(n, d_k, M) < roofline.attention_traffic(n, d_k, M)
+    long = 2**22
+    ratio = roofline.attention_traffic(long, d_k) / roofline.attention_traffic_fa2(long, d_k, M)
+    assert abs(ratio / (M / (2 * d_k * d_k)) - 1) < 0.05
+    assert 3.5 < roofline.attention_traffic_fa2(2 * n, d_k, M) / roofline.attention_traffic_fa2(
+        n, d_k, M) < 4.1
+    with pytest.raises(ValueError, match="cannot hold"):
+        roofline.attention_traffic_fa2(n, d_k, 4 * d_k - 1)
+    with pytest.raises(TypeError, match="d_k must be a positive integer"):
+        roofline.attention_traffic_fa2(n, 1.5, M)
+
+
+@pytest.mark.parametrize("b, c", [(12288, 12288), (12288, 49152), (768, 2304), (1031, 997)])
+def test_rows_at_ridge_is_the_first_row_count_past_the_ridge(b, c):
+    for acc in roofline.ACCELERATORS.values():
+        a = roofline.rows_at_ridge(b, c, acc)
+        assert roofline.matmul_intensity(a, b, c, 2) >= acc.ridge_point
+        assert a == 1 or roofline.matmul_intensity(a - 1, b, c, 2) < acc.ridge_point
+        # never fewer than the wide limit's s I* / 2 rows
+        assert a >= acc.ridge_point - 1e-9
+    h100 = roofline.ACCELERATORS["H100"]
+    # a wider matrix reaches the ridge with fewer rows; W_O is the last of GPT-3's
+    assert roofline.rows_at_ridge(12288, 49152, h100) < roofline.rows_at_ridge(12288, 12288, h100)
+    assert roofline.rows_at_ridge(12288, 12288, h100) == roofline.compute_bound_batch(GPT3, h100)
+    with pytest.raises(ValueError, match="never reaches"):
+        roofline.rows_at_ridge(64, 64, h100)
+
+
 def test_training_compute_of_gpt3():
     C = roofline.training_flops(counting.param_count(GPT3), 300e9)
     assert abs(C / 3.14e23 - 1) < 0.01  # Brown et al. 2020, Table D.1

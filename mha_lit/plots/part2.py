@@ -36,14 +36,15 @@ def one_hot_product(O, E, X) -> plt.Figure:
                              width_ratios=[O.shape[1], E.shape[1] + 2,
                                            X.shape[1] + 2])
     names = [("one-hot $O$", O, "Greys"), ("embedding $E$", E, "RdBu_r"),
-             ("$X = O E$", X, "RdBu_r")]
+             ("$X_\\text{tok} = O E$", X, "RdBu_r")]
     lim = float(np.abs(E).max()) or 1.0
     for ax, (name, M, cmap) in zip(axes, names, strict=False):
         vmin, vmax = (0, 1) if cmap == "Greys" else (-lim, lim)
         ax.imshow(M, cmap=cmap, vmin=vmin, vmax=vmax)
         ax.set_title(f"{name}\n{M.shape[0]} × {M.shape[1]}")
-        ax.set_xticks(range(M.shape[1]))
-        ax.set_yticks(range(M.shape[0]))
+        # rows and columns counted from 1, as in the text
+        ax.set_xticks(range(M.shape[1]), range(1, M.shape[1] + 1))
+        ax.set_yticks(range(M.shape[0]), range(1, M.shape[0] + 1))
         ax.tick_params(labelsize=7)
     fig.tight_layout()
     return fig
