@@ -295,7 +295,7 @@ def attention_traffic(n: int, d_k: int, sram_values: int | None = None
 def attention_traffic_fa2(n: int, d_k: int, sram_values: int) -> int:
     """Numbers moved by one head's attention in FlashAttention-2's loop order.
 
-    Book: chapter 12, after Dao (2023), Algorithm 1 (forward pass): query
+    Book: chapter 12, after Dao (2024), Algorithm 1 (forward pass): query
     blocks outside, key blocks inside. Each block of B_r queries is read
     once and keeps its running m, l and output rows on the chip; every
     block of keys and values is read once per query block, T_r =
