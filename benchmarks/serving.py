@@ -5,8 +5,9 @@
     python benchmarks/serving.py --plot serving.png
 
 GPT-2 small's sizes (12 layers, d_model 768, 12 heads of 64, d_ff 3072, vocabulary 50,257,
-tied output layer), random weights, float32; 495 MB of weights, more than any cache, so a
-decoding step streams them from main memory as a real model's does. Measured in one run:
+tied output layer), random weights, float32; 495 MB of weights, more than the caches of the
+machine benchmarks/README.md records, so there a decoding step streams them from main memory
+as a real model's does. Measured in one run:
 
 0. The machine's limits: a large float32 matrix product (FLOP/s) and the read bandwidth of
    main memory (a matrix-vector product over 256 MiB, and a copy on one core).

@@ -30,6 +30,7 @@ from .attention import (
 )
 from .block import (
     BlockWeights,
+    dropout,
     feed_forward,
     gelu,
     gpt2_attention_weights,
@@ -76,6 +77,7 @@ __all__ = [
     "gelu",
     "feed_forward",
     "residual",
+    "dropout",
     "BlockWeights",
     "init_block_weights",
     "gpt_block",

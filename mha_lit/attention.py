@@ -1,7 +1,8 @@
 """Scaled dot-product attention, one head and many, written to be read.
 
 Book: chapter 3 "Q, K, V" (softmax, causal_mask, attention,
-attention_weights) and chapter 5 "Output" (multi_head_attention_reference).
+attention_weights) and chapter 5 "The output projection"
+(multi_head_attention_reference).
 ``attention`` is the package's one kernel: the fast path of chapter 12,
 the KV cache of chapter 7 and the latent attention of chapter 17 all call
 it; what differs between them is what they hand it (a mask, a scale, a
@@ -67,14 +68,16 @@ def causal_mask(scores) -> np.ndarray:
 def attention(Q, K, V, mask=None, *, scale: float | None = None):
     """H = softmax(Q K^T / sqrt(d_k)) V, each query over the keys it may see.
 
-    Book: chapter 3, "One head". Q (n, d_k), K (m, d_k), V (m, d_v) ->
-    H (n, d_v); leading axes are a stack of heads (chapter 4). ``mask``
-    (n, m) booleans, True where query t may look at key u (``masks``);
-    None: every key. ``scale`` multiplies the scores, 1/sqrt(d_k) if None.
+    Book: chapter 3, "Values and the output of the head". Q (n, d_k),
+    K (m, d_k), V (m, d_v) -> H (n, d_v); leading axes are a stack of
+    heads (chapter 4). ``mask`` (n, m) booleans, True where query t may
+    look at key u (``masks``); None: every key. ``scale`` multiplies the
+    scores, 1/sqrt(d_k) if None.
 
     Softmax's division by each row's sum is applied to H, not to S: row t
-    of H is sum_u e_tu V_u / sum_u e_tu either way, and H has d_v columns
-    where S has m.
+    of H is sum_u e_tu V_u / sum_u e_tu either way, where e_tu is the
+    exponential of query t's score for key u less the row's maximum (0 for
+    a masked key), and H has d_v columns where S has m.
     """
     Q, K, V, mask = checks.attention_operands(Q, K, V, mask)
     if scale is None:

@@ -10,12 +10,14 @@ Letters in shape comments (see ``mha_lit.shapes`` for the others):
     d_ff     hidden width of the feed-forward network   17 (GPT: 4 d_model)
 
 Every function here except multi-head attention works on each row of X
-by itself; that is why the block stays causal (row N of the output
-depends on rows 1..N of the input only).
+by itself; that is why the block stays causal (row t of the output
+depends on rows 1..t of the input only).
 
 With attention biases (``init_block_weights(..., attn_biases=True)``, or
 GPT-2's own arrays through ``gpt2_attention_weights``) the pre-LN block
-is GPT-2's block exactly: chapter 8, "GPT-2's block, exactly".
+is GPT-2's block at inference, up to rounding: chapter 8, "GPT-2's
+block, exactly". In training GPT-2 also applies ``dropout``, which at
+inference is the identity.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "gelu",
     "feed_forward",
     "residual",
+    "dropout",
     "BlockWeights",
     "init_block_weights",
     "gpt_block",
@@ -70,7 +73,11 @@ def layer_norm(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
 
 
 def layer_norm_rows(X, gamma, beta, eps: float = 1e-5) -> np.ndarray:
-    """``layer_norm`` without the checks, for arrays already checked."""
+    """LN(x) of each row of X, the formula. Book: chapter 8, "Layer norm".
+
+    ``layer_norm`` checks its arguments and then calls this; callers
+    whose arrays are already checked (the decoder) call it directly.
+    """
     mu = X.mean(axis=1, keepdims=True)  # (n, 1) one mean per row
     var = ((X - mu) ** 2).mean(axis=1, keepdims=True)  # (n, 1)
     X_hat = (X - mu) / np.sqrt(var + eps)  # (n, d_model) mean 0, var ~1
@@ -89,19 +96,22 @@ def gelu(x, approximate: bool = True) -> np.ndarray:
 
 
 def gelu_values(x: np.ndarray, approximate: bool = True) -> np.ndarray:
-    """``gelu`` without the checks, for a float array already checked."""
+    """GELU of every entry of x, the formula. Book: chapter 8, "GELU".
+
+    ``gelu`` checks x and then calls this. The tanh form is built in one
+    buffer, one operation per line: no temporary array per step.
+    """
     if approximate:
-        # sqrt(2/pi) x (1 + 0.044715 x^2), in one buffer: shape of x
-        # an array even for 0-d x
-        inner = np.multiply(x, x, out=np.empty_like(x))
-        inner *= 0.044715
-        inner += 1.0
-        inner *= x
-        inner *= _SQRT_2_OVER_PI
-        np.tanh(inner, out=inner)  # tanh(...)
-        inner += 1.0
-        inner *= x
-        inner *= 0.5  # 0.5 x (1 + tanh(...))
+        # zeta = sqrt(2/pi) (x + 0.044715 x^3), as x (1 + 0.044715 x^2)
+        inner = np.multiply(x, x, out=np.empty_like(x))  # x^2, shape of x
+        inner *= 0.044715  # 0.044715 x^2
+        inner += 1.0  # 1 + 0.044715 x^2
+        inner *= x  # x + 0.044715 x^3
+        inner *= _SQRT_2_OVER_PI  # zeta
+        np.tanh(inner, out=inner)  # tanh(zeta)
+        inner += 1.0  # 1 + tanh(zeta)
+        inner *= x  # x (1 + tanh(zeta))
+        inner *= 0.5  # 0.5 x (1 + tanh(zeta))
         return inner
     erf = _erf(x / math.sqrt(2.0)).astype(x.dtype)  # shape of x
     return 0.5 * x * (1.0 + erf)  # shape of x
@@ -135,9 +145,12 @@ def feed_forward(X, W_1, b_1, W_2, b_2) -> np.ndarray:
 
 
 def feed_forward_rows(X, W_1, b_1, W_2, b_2) -> np.ndarray:
-    """``feed_forward`` without the checks, for arrays already checked
-    (a decoding step must not read every weight twice)."""
-    if len(X) == 1:  # one row: matrix-vector products
+    """FFN of each row of X, the formula. Book: chapter 8.
+
+    ``feed_forward`` checks the shapes and then calls this; the decoder,
+    whose arrays are checked once, calls it directly.
+    """
+    if len(X) == 1:  # one row: matrix-vector products (chapter 7)
         hidden = gelu_values(X[0] @ W_1 + b_1)  # (d_ff,)
         return (hidden @ W_2 + b_2)[None]  # (1, d_model)
     hidden = gelu_values(X @ W_1 + b_1)  # X W_1 is (n, d_ff)
@@ -156,6 +169,31 @@ def residual(X, sublayer) -> np.ndarray:
             f"a residual connection adds sublayer(X) to X, but X is "
             f"{X.shape} and sublayer(X) is {F.shape}")
     return X + F  # (n, d_model)
+
+
+def dropout(X, p: float, rng: np.random.Generator) -> np.ndarray:
+    """Inverted dropout of X, for training.
+
+    Book: chapter 8, "Dropout: in training only".
+
+    Each entry is kept with probability 1 - p and then divided by 1 - p,
+    or set to 0 with probability p, independently; so every entry keeps
+    its expected value. p = 0 returns a copy of X. At inference a model
+    does not call this at all: there dropout is the identity.
+    """
+    X = float_array(X, "X")
+    if isinstance(p, bool) or not isinstance(p, int | float | np.floating):
+        raise TypeError(f"p must be a number in [0, 1), got {p!r}")
+    if not 0 <= p < 1:  # p = 1 would divide by 0; NaN fails too
+        raise ValueError(f"p must be in [0, 1) (the probability of "
+                         f"dropping an entry), got {p}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("rng must be a numpy.random.Generator, got "
+                        f"{type(rng).__name__}")
+    if p == 0:
+        return X.copy()  # nothing dropped, nothing rescaled
+    keep = rng.random(X.shape) >= p  # shape of X: True with prob. 1 - p
+    return X * keep / (1 - p)  # shape of X, dtype of X
 
 
 _VECTORS = ("gamma_1", "beta_1", "gamma_2", "beta_2", "b_1", "b_2")
@@ -260,9 +298,11 @@ def init_block_weights(dims: Dims | None = None, d_ff: int = 17,
     Book: chapter 8, "The weights of a block".
 
     Attention gets exactly ``init_weights(dims, seed)``, the W of the
-    earlier chapters. A new GPT starts with gains 1 and biases 0; here
-    gains are 1 + N(0, 0.1^2) and biases N(0, 0.1^2), so that every
-    parameter changes the output. W_1 and W_2 are N(0, 1/fan_in).
+    earlier chapters; every other array comes from
+    ``default_rng([seed, 8])``, a second stream derived from the seed.
+    A new GPT starts with gains 1 and biases 0; here gains are
+    1 + N(0, 0.1^2) and biases N(0, 0.1^2), so that every parameter
+    changes the output. W_1 and W_2 are N(0, 1/fan_in).
     ``attn_biases=True`` gives attention GPT-2's biases too (chapter 8,
     "GPT-2's block, exactly"); nothing else changes. ``dtype`` is the
     float type of every array (float32 for the benchmarks of chapter 12).
@@ -279,38 +319,41 @@ def init_block_weights(dims: Dims | None = None, d_ff: int = 17,
     W_2 = rng.standard_normal((d_ff, d)) / np.sqrt(d_ff)  # (d_ff, d_model)
     b_2 = 0.1 * rng.standard_normal(d)  # (d_model,)
     arrays = {"gamma_1": gamma_1, "beta_1": beta_1, "gamma_2": gamma_2,
-              "beta_2": beta_2, "W_1": W_1, "b_1": b_1, "W_2": W_2, "b_2": b_2}
+              "beta_2": beta_2, "W_1": W_1, "b_1": b_1, "W_2": W_2,
+              "b_2": b_2}
     return BlockWeights(attn=attn, **{k: v.astype(dtype)
                                       for k, v in arrays.items()})
 
 
-def gpt_block(X, B: BlockWeights, pre_ln: bool = True) -> np.ndarray:
+def gpt_block(X, theta: BlockWeights, pre_ln: bool = True) -> np.ndarray:
     """One GPT decoder block, (n, d_model) -> (n, d_model).
 
     Book: chapter 8, "The block". ``pre_ln=True``, GPT-2's arrangement:
-        X' = X + MHA(LN_1(X)),     Z = X' + FFN(LN_2(X')).
+        X' = X + MHA(LN_1(X)),     X'' = X' + FFN(LN_2(X')).
     ``pre_ln=False``, GPT's (and the original transformer's):
-        X' = LN_1(X + MHA(X)),     Z = LN_2(X' + FFN(X')).
-    With attention biases in ``B.attn``, ``pre_ln=True`` computes GPT-2's
-    block exactly, up to rounding (chapter 8, "GPT-2's block, exactly").
+        X' = LN_1(X + MHA(X)),     X'' = LN_2(X' + FFN(X')).
+    ``theta`` holds every weight of the block (the book's theta).
+    With attention biases in ``theta.attn``, ``pre_ln=True`` is GPT-2's
+    block at inference, up to rounding: no dropout, which at inference is
+    the identity (chapter 8, "GPT-2's block, exactly").
     """
-    if not isinstance(B, BlockWeights):
-        raise TypeError("B must be mha_lit.BlockWeights, got "
-                        f"{type(B).__name__}")
-    X = token_rows(X, B.d_model, against="the block",
-                   also=f"W_1 is {B.W_1.shape}")
+    if not isinstance(theta, BlockWeights):
+        raise TypeError("theta must be mha_lit.BlockWeights, got "
+                        f"{type(theta).__name__}")
+    X = token_rows(X, theta.d_model, against="the block",
+                   also=f"W_1 is {theta.W_1.shape}")
 
     def mha(x):  # (n, d_model), mixes rows, causally
-        return multi_head_attention(x, B.attn, causal=True)
+        return multi_head_attention(x, theta.attn, causal=True)
 
     def ffn(x):  # (n, d_model), row by row
-        return feed_forward(x, B.W_1, B.b_1, B.W_2, B.b_2)
+        return feed_forward(x, theta.W_1, theta.b_1, theta.W_2, theta.b_2)
 
     def ln_1(x):  # (n, d_model), row by row
-        return layer_norm(x, B.gamma_1, B.beta_1)
+        return layer_norm(x, theta.gamma_1, theta.beta_1)
 
     def ln_2(x):  # (n, d_model), row by row
-        return layer_norm(x, B.gamma_2, B.beta_2)
+        return layer_norm(x, theta.gamma_2, theta.beta_2)
 
     if pre_ln:
         X_mid = residual(X, lambda x: mha(ln_1(x)))  # (n, d_model)

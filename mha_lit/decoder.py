@@ -7,7 +7,9 @@ token at a time". Part II's pipeline (chapter 9) made to generate:
     X <- block_l(X), l = 1 .. L                  GPT-2's pre-LN blocks
     logits = LN_f(X) E^T                         output layer, tied to E
 
-``gpt_forward`` computes it from scratch for a whole sequence.
+The blocks are GPT-2's at inference: no dropout (chapter 8, "Dropout:
+in training only"). ``gpt_forward`` computes it from scratch for a whole
+sequence.
 ``Decoder`` keeps one ``KVCache`` per layer: ``prefill`` sends the prompt
 through every layer at once (matrix products), ``decode_step`` chooses
 the next token greedily (the largest logit) and sends that one token

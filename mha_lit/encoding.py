@@ -1,8 +1,8 @@
 """From tokens to the input X: token embeddings plus a positional encoding.
 
 Book: Part I, chapter 2 "From input to output". Letters in shape
-comments: n tokens, d_model the width of a token vector, vocab the number
-of rows of the embedding table.
+comments: n tokens, d_model the width of a token vector, n_vocab the number
+of rows of the embedding table (13 words in the book).
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ def sinusoidal_encoding(n: int, d_model: int,
 def embed(token_ids, table) -> np.ndarray:
     """X = table[token_ids] + P. Book: chapter 2, "The input X".
 
-    ``token_ids`` is a 1-D sequence of n integer ids, ``table`` a
-    (vocab, d_model) embedding table; the result X is (n, d_model).
+    ``token_ids`` is a 1-D sequence of n integer ids, ``table`` an
+    (n_vocab, d_model) embedding table; the result X is (n, d_model).
     """
     table = checks.float_array(table, "embedding table", ndim=2)
-    vocab, d_model = table.shape
+    n_vocab, d_model = table.shape
     if np.size(token_ids) == 0:
         raise ValueError("token_ids must hold at least one token")
-    ids = checks.token_ids(token_ids, vocab, "token_ids", ndim=1)
+    ids = checks.token_ids(token_ids, n_vocab, "token_ids", ndim=1)
     E = table[ids]  # (n, d_model): one embedding row per token
     return E + sinusoidal_encoding(len(ids), d_model)  # (n, d_model)
 

@@ -25,16 +25,17 @@ saves activation memory in training, and they normalise both latents
 
 Two computations give the same Y (``latent_attend``):
 
-* un-absorbed: K_i = C_KV W_UKi and V_i = C_KV W_UVi are rebuilt from the
-  cached rows, then chapter 3's attention runs on them;
+* un-absorbed: the unrotated keys K_i^C = C_KV W_UKi and the values
+  V_i = C_KV W_UVi are rebuilt from the cached rows, then chapter 3's
+  attention runs on them;
 * absorbed: q_i (C_KV W_UKi)^T = (q_i W_UKi^T) C_KV^T moves W_UKi to the
   query side and S_i (C_KV W_UVi) = (S_i C_KV) W_UVi to the output side,
   so no key or value of any head is ever formed.
 
-Letters in shape comments: n positions (rows of the cache), m query rows
-(m <= n: the last m positions), d_model, d_k (the unrotated part of a
-query and key), d_r (the rotated part), d_v, d_c (the latent), h heads,
-B sequences in a batch.
+Letters in shape comments: n positions (rows of the cache), n_new new
+query rows (n_new <= n: the last n_new positions), d_model, d_k (the
+unrotated part of a query and key), d_r (the rotated part), d_v, d_c (the
+latent), h heads, B sequences in a batch.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ class LatentDims:
     """The sizes of one latent-attention layer, and the number of layers.
 
     Book: chapter 17. The defaults are the book's: d_model 5, 2 heads,
-    d_k 7, d_v 11 as in Part I, a latent of d_c = 13 and a rotary part of
-    d_r = 8 (even: RoPE turns pairs). A token's cached row is d_c + d_r = 21
+    d_k 7, d_v 11 as in Part I, a latent of d_c = 23 and a rotary part of
+    d_r = 8 (even: RoPE turns pairs). A token's cached row is d_c + d_r = 31
     numbers per layer, where multi-head attention keeps h (d_k + d_v) = 36.
     """
 
@@ -70,7 +71,7 @@ class LatentDims:
     heads: int = 2
     d_k: int = 7
     d_v: int = 11
-    d_c: int = 13
+    d_c: int = 23
     d_r: int = 8
     layers: int = 1
 
@@ -137,9 +138,9 @@ class LatentWeights:
     Per-head matrices are stacked on a leading head axis (W_UK[0] is the
     book's W_UK1). In the book's sizes:
 
-        W_DKV (d_model, d_c)     (5, 13)    x -> latent c
-        W_UK  (h, d_c, d_k)      (2, 13, 7)  c -> head i's unrotated key
-        W_UV  (h, d_c, d_v)      (2, 13, 11) c -> head i's value
+        W_DKV (d_model, d_c)     (5, 23)     x -> latent c
+        W_UK  (h, d_c, d_k)      (2, 23, 7)  c -> head i's unrotated key
+        W_UV  (h, d_c, d_v)      (2, 23, 11) c -> head i's value
         W_Q   (h, d_model, d_k)  (2, 5, 7)   x -> head i's unrotated query
         W_QR  (h, d_model, d_r)  (2, 5, 8)   x -> head i's rotary query
         W_KR  (d_model, d_r)     (5, 8)      x -> the rotary key, one for all
@@ -243,7 +244,7 @@ def _check_weights(W) -> None:
 
 
 def _check_rows(X, W: LatentWeights, name: str = "X") -> np.ndarray:
-    """X (m, d_model) as a float array, or an error naming the shapes."""
+    """X (n_new, d_model) as a float array, or an error naming the shapes."""
     _check_weights(W)
     X = checks.float_array(X, name)
     d_model = W.W_DKV.shape[0]
@@ -274,31 +275,32 @@ def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
                   rope_base: float = 10000.0) -> np.ndarray:
     """Output rows of the queries X against cached rows. Book: chapter 17.
 
-    X (m, d_model) holds the input rows of the last m of the n positions
-    whose ``rows`` [C_KV | K_R] (n, d_c + d_r) come from ``latent_rows``;
-    returns Y (m, d_model). With ``causal`` the query at position t sees
-    keys 0 .. t. ``absorbed=False`` rebuilds every head's keys and values
-    from the rows and runs chapter 3's attention; ``absorbed=True`` never
-    forms them (module docstring). Both give the same Y, to rounding.
+    X (n_new, d_model) holds the input rows of the last n_new of the n
+    positions whose ``rows`` [C_KV | K_R] (n, d_c + d_r) come from
+    ``latent_rows``; returns Y (n_new, d_model). With ``causal`` the query
+    at position t sees keys 0 .. t. ``absorbed=False`` rebuilds every
+    head's keys and values from the rows and runs chapter 3's attention;
+    ``absorbed=True`` never forms them (module docstring). Both give the
+    same Y, to rounding.
     """
     X = _check_rows(X, W)
     rows = checks.float_array(rows, "rows")
     s = W.dims
-    m = len(X)
-    if rows.ndim != 2 or rows.shape[1] != s.latent_row or m > len(rows):
+    n_new = len(X)
+    if rows.ndim != 2 or rows.shape[1] != s.latent_row or n_new > len(rows):
         raise ValueError(
-            f"rows must be (n >= {m}, d_c + d_r = {s.latent_row}) for X "
-            f"{X.shape}: one cached row per position, the m queries last; "
+            f"rows must be (n >= {n_new}, d_c + d_r = {s.latent_row}) for X "
+            f"{X.shape}: one cached row per position, the n_new queries last; "
             f"got rows of shape {rows.shape}")
     n = len(rows)
-    positions = np.arange(n - m, n)  # (m,): where the queries stand
-    # (m, d_model) @ (h, d_model, d_r) -> (h, m, d_r), every head's, turned
+    positions = np.arange(n - n_new, n)  # (n_new,): where the queries stand
+    # (n_new, d_model) @ (h, d_model, d_r) -> (h, n_new, d_r), turned
     Q_R = rotate(X @ W.W_QR, positions, check_base(rope_base))
-    mask = masks.causal(m, n) if causal else None  # (m, n)
+    mask = masks.causal(n_new, n) if causal else None  # (n_new, n)
     heads = _absorbed_heads if absorbed else _rebuilt_heads
-    H = heads(X, Q_R, rows, W, mask)  # h blocks (m, d_v)
-    concat = np.concatenate(H, axis=1)  # (m, h*d_v)
-    return concat @ W.W_O  # (m, h*d_v) @ (h*d_v, d_model) -> (m, d_model)
+    H = heads(X, Q_R, rows, W, mask)  # h blocks (n_new, d_v)
+    concat = np.concatenate(H, axis=1)  # (n_new, h*d_v)
+    return concat @ W.W_O  # (n_new, h*d_v) @ (h*d_v, d_model)
 
 
 def _rebuilt_heads(X, Q_R, rows, W: LatentWeights, mask) -> list:
@@ -312,10 +314,11 @@ def _rebuilt_heads(X, Q_R, rows, W: LatentWeights, mask) -> list:
     C_KV, K_R = rows[:, :d_c], rows[:, d_c:]  # (n, d_c), (n, d_r)
     H = []
     for i in range(W.dims.heads):
-        Q = np.concatenate([X @ W.W_Q[i], Q_R[i]], axis=1)  # (m, d_k + d_r)
+        # (n_new, d_k + d_r)
+        Q = np.concatenate([X @ W.W_Q[i], Q_R[i]], axis=1)
         K = np.concatenate([C_KV @ W.W_UK[i], K_R], axis=1)  # (n, d_k + d_r)
         V = C_KV @ W.W_UV[i]  # (n, d_c) @ (d_c, d_v) -> (n, d_v)
-        H.append(attention(Q, K, V, mask))  # (m, d_v)
+        H.append(attention(Q, K, V, mask))  # (n_new, d_v)
     return H
 
 
@@ -333,11 +336,11 @@ def _absorbed_heads(X, Q_R, rows, W: LatentWeights, mask) -> list:
     scale = 1 / math.sqrt(s.d_k + s.d_r)  # not 1/sqrt(d_c + d_r)
     H = []
     for i in range(s.heads):
-        q_lat = (X @ W.W_Q[i]) @ W.W_UK[i].T  # (m, d_k) @ (d_k, d_c)
-        Q = np.concatenate([q_lat, Q_R[i]], axis=1)  # (m, d_c + d_r)
-        # (m, d_c): each query's average of the latents
+        q_lat = (X @ W.W_Q[i]) @ W.W_UK[i].T  # (n_new, d_k) @ (d_k, d_c)
+        Q = np.concatenate([q_lat, Q_R[i]], axis=1)  # (n_new, d_c + d_r)
+        # (n_new, d_c): each query's average of the latents
         latent = attention(Q, rows, C_KV, mask, scale=scale)
-        H.append(latent @ W.W_UV[i])  # (m, d_c) @ (d_c, d_v) -> (m, d_v)
+        H.append(latent @ W.W_UV[i])  # (n_new, d_c) @ (d_c, d_v)
     return H
 
 
@@ -382,7 +385,7 @@ class LatentKVCache:
     Keeps one row [c | k_R] (d_c + d_r numbers) per token and nothing
     else: no key or value of any head. ``step(x)`` takes one input row
     (d_model,) and returns its output row, ``extend(X)`` a block
-    (m, d_model) and its m output rows; both equal the last rows of
+    (n_new, d_model) and its n_new output rows; both equal the last rows of
     ``latent_attention`` on every row seen, to rounding. ``absorbed``
     chooses the computation of ``latent_attend`` (the cache is the same).
     Rows live in a buffer that doubles when full; a refused input leaves
@@ -426,12 +429,14 @@ class LatentKVCache:
         return self.extend(x[None, :])[0]  # (d_model,)
 
     def extend(self, X) -> np.ndarray:
-        """Append a block X (m, d_model); return its outputs (m, d_model)."""
+        """Append a block X (n_new, d_model); return its outputs, the same
+        shape."""
         X = _check_rows(X, self.W)
         dtype = np.result_type(X, self.W.dtype)
         p, n = self._n, self._n + len(X)
         new = latent_rows(X.astype(dtype, copy=False), self.W,
-                          np.arange(p, n), self.rope_base)  # (m, d_c + d_r)
+                          np.arange(p, n),
+                          self.rope_base)  # (n_new, d_c + d_r)
         buf = self._buf
         if n > len(buf) or np.result_type(buf, dtype) != buf.dtype:
             cap = len(buf)
@@ -442,7 +447,7 @@ class LatentKVCache:
         buf[p:n] = new
         Y = latent_attend(X.astype(dtype, copy=False), buf[:n], self.W,
                           absorbed=self.absorbed,
-                          rope_base=self.rope_base)  # (m, d_model)
+                          rope_base=self.rope_base)  # (n_new, d_model)
         self._buf, self._n = buf, n  # commit only once everything succeeded
         return Y.astype(X.dtype, copy=False)
 
@@ -480,32 +485,36 @@ def mha_cache_bytes(dims: LatentDims, tokens: int = 1,
     return dims.layers * dims.mha_row * tokens * bytes_per_value
 
 
-def latent_multiply_adds(m: int, n: int, dims: LatentDims,
+def latent_multiply_adds(n_new: int, n: int, dims: LatentDims,
                          absorbed: bool = True) -> int:
-    """Multiply-adds of ``latent_attend`` for m query rows and n positions.
+    """Multiply-adds of n_new new rows among n positions: their cached rows
+    (``latent_rows``) and their outputs (``latent_attend``).
 
     Book: chapter 17, "What a step costs". One layer. A decoding step is
-    m = 1 (its row and the n - 1 before it cached); a dense prefill is
-    m = n (every score computed, the masked ones too). Both ways compute
-    the new rows' latents m d_model (d_c + d_r), every head's query parts
-    m d_model (d_k + d_r), and Concat W_O m h d_v d_model; per head,
-    un-absorbed: K_i, V_i for all n rows, n d_c (d_k + d_v), scores
-    m n (d_k + d_r), S V m n d_v; absorbed: q W_UK^T m d_k d_c, scores
-    m n (d_c + d_r), S C_KV m n d_c, then W_UV m d_c d_v. The queries are
-    projected from x (module docstring): DeepSeek's query latent would
-    change the query term, none of the terms in n.
+    n_new = 1 (its row and the n - 1 before it cached); a dense prefill is
+    n_new = n (every score computed, the masked ones too). Both ways
+    compute the new rows' cached rows n_new d_model (d_c + d_r)
+    (``latent_rows``), every head's query parts n_new d_model (d_k + d_r),
+    and Concat W_O n_new h d_v d_model; per head, rebuilt: K_i^C, V_i for
+    all n rows, n d_c (d_k + d_v), scores n_new n (d_k + d_r), S V
+    n_new n d_v; absorbed: q W_UK^T n_new d_k d_c, scores
+    n_new n (d_c + d_r), S C_KV n_new n d_c, then W_UV n_new d_c d_v. The
+    queries are projected from x (module docstring): DeepSeek's query
+    latent would change the query term, none of the terms in n.
     """
-    m, n = checks.positive_int(m, "m"), checks.positive_int(n, "n")
-    if m > n:
-        raise ValueError(f"m = {m} query rows need at least as many "
-                         f"positions, got n = {n}")
+    n_new = checks.positive_int(n_new, "n_new")
+    n = checks.positive_int(n, "n")
+    if n_new > n:
+        raise ValueError(f"n_new = {n_new} query rows need at least as "
+                         f"many positions, got n = {n}")
     s = dims
-    shared = m * s.d_model * (s.d_c + s.d_r) + m * s.heads * s.d_v * s.d_model
-    queries = m * s.d_model * (s.d_k + s.d_r)
+    shared = (n_new * s.d_model * (s.d_c + s.d_r)  # latent_rows
+              + n_new * s.heads * s.d_v * s.d_model)  # Concat W_O
+    queries = n_new * s.d_model * (s.d_k + s.d_r)
     if absorbed:
-        per_head = (m * s.d_k * s.d_c + m * n * (s.d_c + s.d_r)
-                    + m * n * s.d_c + m * s.d_c * s.d_v)
+        per_head = (n_new * s.d_k * s.d_c + n_new * n * (s.d_c + s.d_r)
+                    + n_new * n * s.d_c + n_new * s.d_c * s.d_v)
     else:
-        per_head = (n * s.d_c * (s.d_k + s.d_v) + m * n * (s.d_k + s.d_r)
-                    + m * n * s.d_v)
+        per_head = (n * s.d_c * (s.d_k + s.d_v)
+                    + n_new * n * (s.d_k + s.d_r) + n_new * n * s.d_v)
     return shared + s.heads * (queries + per_head)

@@ -43,10 +43,11 @@ def visible(query_positions, key_positions, window=None) -> np.ndarray:
 def causal(n: int, m: int | None = None) -> np.ndarray:
     """The causal mask (n, m): the n queries are the last n of m positions.
 
-    Book: chapter 3, "The causal mask". With m = n (the default) it is
-    the lower triangle, diagonal included: token t sees tokens 0 .. t.
-    With m > n (a KV cache supplies m - n earlier keys) query t stands
-    at position m - n + t.
+    Book: chapter 3, "The causal mask". Rows, columns and positions
+    count from 0 here, as in the code. With m = n (the default) it is
+    the lower triangle, diagonal included: row t sees keys 0 .. t. With
+    m > n (a KV cache supplies m - n earlier keys) row t stands at
+    position m - n + t (the book's query t + 1).
     """
     n, m = checks.mask_sizes(n, m)
     return visible(np.arange(m - n, m), np.arange(m))  # (n, m)

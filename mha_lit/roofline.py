@@ -263,8 +263,9 @@ def attention_traffic(n: int, d_k: int, sram_values: int | None = None
     book's scores Z and weights S.
 
     ``sram_values=None``: the standard computation (their Algorithm 0):
-    read Q and K, write Z = Q K^T; read Z, write S = softmax(Z); read S
-    and V, write H = S V: 4 n d_k + 4 n^2 numbers, Theta(n d_k + n^2).
+    read Q and K, write Z = Q K^T / sqrt(d_k) (the scale folded into Q);
+    read Z, write S = softmax(Z); read S and V, write H = S V:
+    4 n d_k + 4 n^2 numbers, Theta(n d_k + n^2).
 
     ``sram_values=M``: FlashAttention's tiled computation with on-chip
     memory of M numbers (their Algorithm 1, the loop order of
@@ -363,7 +364,9 @@ def measure_rates(dtype=np.float32, size: int = 1024,
 
     - ``"matmul"``: FLOP/s of a (size x size) @ (size x size) product;
     - ``"matvec"``: FLOP/s of a matrix of ``stream_bytes`` bytes times a
-      vector (every weight read from main memory for one multiply-add);
+      vector (every weight read once, for one multiply-add; from main
+      memory only where ``stream_bytes`` is several times the last-level
+      cache, else partly or wholly from that cache);
     - ``"bandwidth"``: bytes/s of that matrix-vector product's weights;
     - ``"copy"``: bytes/s of copying ``stream_bytes`` bytes (read + write,
       counted as in the STREAM benchmark), one core.

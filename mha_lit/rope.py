@@ -3,12 +3,13 @@
 Book: Part III, chapter 15 "Rotary positions".
 
 A query or key row of even width d is read as d/2 points in a plane. The
-point of plane i at position p is turned by the angle p * theta_i, where
-theta_i = base^(-2i/d), i = 0 .. d/2 - 1 counted from 0 as Python counts
-(Su et al. 2021 count from 1, theta_i = base^(-2(i-1)/d); the book writes
-omega_j, j = i + 1). Because a rotation by an angle a and then by -b is a
-rotation by a - b, the score of a query at position p_t and a key at
-position p_u depends on p_t - p_u only.
+point of plane i at position p is turned by the angle p * omega_i, where
+omega_i = base^(-2i/d), i = 0 .. d/2 - 1 counted from 0 as Python counts
+(Su et al. 2021 count from 1 and write theta_i = base^(-2(i-1)/d); the
+book writes omega_j, j = i + 1, and keeps theta for a block's weights).
+Because a rotation by an angle a and then by -b is a rotation by a - b,
+the score of a query at position p_t and a key at position p_u depends on
+p_t - p_u only.
 
 Two conventions pair the coordinates differently:
 
@@ -59,7 +60,7 @@ def _check_width(d: int) -> int:
 
 
 def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
-    """theta_i = base^(-2i/d) for the d/2 planes, i = 0 .. d/2 - 1.
+    """omega_i = base^(-2i/d) for the d/2 planes, i = 0 .. d/2 - 1.
 
     Book: chapter 15, "The frequencies". Plane 0 turns by one radian per
     position; the last turns slowest, by base^(-(d-2)/d) radians.
@@ -71,7 +72,7 @@ def frequencies(d: int, base: float = 10000.0) -> np.ndarray:
 
 
 def angles(positions, d: int, base: float = 10000.0) -> np.ndarray:
-    """The angle p * theta_i of every position p and plane i: (..., n, d/2).
+    """The angle p * omega_i of every position p and plane i: (..., n, d/2).
 
     Book: chapter 15, "The frequencies". ``positions`` (..., n), integers
     or reals; the angles are computed in float64 whatever the rows' dtype.
@@ -103,7 +104,7 @@ def rotate(x, positions, base: float = 10000.0,
     x.shape[:-1] (for example (B, 1, n) for x (B, h, n, d): a batch of
     sequences at different offsets); positions that would enlarge x's
     shape are refused. The pair (a, b) of plane i in a row at position p
-    becomes (a cos t - b sin t, a sin t + b cos t), t = p theta_i.
+    becomes (a cos t - b sin t, a sin t + b cos t), t = p omega_i.
     ``interleaved=False`` pairs column i with column i + d/2 (GPT-NeoX);
     ``True`` pairs columns 2i and 2i+1 (RoFormer). Returns a new
     array of x's floating dtype (integers become float64); position 0
@@ -114,9 +115,9 @@ def rotate(x, positions, base: float = 10000.0,
         raise ValueError(f"rotate needs rows x (..., n, d), got shape "
                          f"{x.shape}")
     n, d = x.shape[-2:]
-    theta = angles(positions, d, base)  # (.., n, P); refuses an odd d
+    t = angles(positions, d, base)  # (.., n, P); refuses an odd d
     try:
-        fits = (np.broadcast_shapes(theta.shape[:-1], x.shape[:-1])
+        fits = (np.broadcast_shapes(t.shape[:-1], x.shape[:-1])
                 == x.shape[:-1])
     except ValueError:
         fits = False
@@ -125,8 +126,8 @@ def rotate(x, positions, base: float = 10000.0,
             f"positions of shape {np.shape(positions)} do not fit rows x of "
             f"shape {x.shape}: they need one position per row, shape ({n},) "
             f"or broadcastable to {x.shape[:-1]}")
-    cos = np.cos(theta).astype(x.dtype)  # (.., n, P)
-    sin = np.sin(theta).astype(x.dtype)
+    cos = np.cos(t).astype(x.dtype)  # (.., n, P)
+    sin = np.sin(t).astype(x.dtype)
     if interleaved:
         a, b = x[..., 0::2], x[..., 1::2]  # (.., n, P) each
     else:

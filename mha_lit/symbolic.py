@@ -43,30 +43,30 @@ def qk_transpose(dims: Dims | None = None) -> sp.Matrix:
     return Q * K.T  # (n, d_k) (d_k, n) -> (n, n)
 
 
-def product_entry(A: sp.Matrix, B: sp.Matrix, x: int, y: int) -> sp.Expr:
-    """Entry R_xy of R = A B: row x of A times column y of B.
+def product_entry(A: sp.Matrix, C: sp.Matrix, x: int, y: int) -> sp.Expr:
+    """Entry R_xy of R = A C: row x of A times column y of C.
 
     Book: chapter 1. Rows and columns are counted from 1. The result is
-    the sum over k of A_{x,k} B_{k,y}: as many products as A has columns.
+    the sum over k of A_{x,k} C_{k,y}: as many products as A has columns.
     """
-    (a, b), (b2, c) = A.shape, B.shape
+    (a, b), (b2, c) = A.shape, C.shape
     if b != b2:
-        raise ValueError(f"A is {a} x {b} and B is {b2} x {c}: "
-                         f"A B needs A's {b} columns to match B's {b2} rows")
+        raise ValueError(f"A is {a} x {b} and C is {b2} x {c}: "
+                         f"A C needs A's {b} columns to match C's {b2} rows")
     if not (1 <= x <= a and 1 <= y <= c):
         raise ValueError(
-            f"R = A B is {a} x {c}; entry ({x}, {y}) does not exist")
+            f"R = A C is {a} x {c}; entry ({x}, {y}) does not exist")
     # b products
-    return sp.Add(*(A[x - 1, k] * B[k, y - 1] for k in range(b)))
+    return sp.Add(*(A[x - 1, k] * C[k, y - 1] for k in range(b)))
 
 
-def causal_mask(M: sp.Matrix) -> sp.Matrix:
-    """M with its strictly upper triangle set to -oo.
+def causal_mask(Z: sp.Matrix) -> sp.Matrix:
+    """Scores Z with their strictly upper triangle set to -oo.
 
-    Book: chapter 3, "The causal mask".
+    Book: chapter 3, "The causal mask" (eq-mask).
     """
-    return sp.Matrix(*M.shape,
-                     lambda i, j: -sp.oo if j > i else M[i, j])  # (n, m)
+    return sp.Matrix(*Z.shape,
+                     lambda i, j: -sp.oo if j > i else Z[i, j])  # (n, m)
 
 
 def softmax(M: sp.Matrix) -> sp.Matrix:

@@ -235,7 +235,7 @@ def test_gpt_block_errors_name_the_shapes():
         gpt_block(np.ones((3, 7)), B)
     with pytest.raises(ValueError, match=r"W_1 is \(5, 13\)"):
         gpt_block(np.ones((3, 7)), B)
-    with pytest.raises(TypeError, match="B must be mha_lit.BlockWeights"):
+    with pytest.raises(TypeError, match="theta must be mha_lit.BlockWeights"):
         gpt_block(np.ones((3, 5)), init_weights())
     with pytest.raises(ValueError, match="NaN or infinite"):
         gpt_block(np.full((3, 5), np.nan), B)
@@ -466,3 +466,48 @@ def test_block_weights_are_frozen_and_compare_by_identity():
     assert B == B and B != B2 and not (B == B2)
     assert {B: 1}[B] == 1 and B2 not in {B: 1}
     assert B2 not in [B] and len({B, B2}) == 2
+
+
+# --- chapter 8: dropout ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropout_keeps_the_mean_and_drops_a_fraction_p(p):
+    """Kept entries are X / (1 - p), so the mean of X survives; the tolerance is 6 standard
+    deviations of the sample mean (each entry of dropout(1) has variance p / (1 - p))."""
+    n = 400_000
+    X = np.full((n // 500, 500), 3.0)  # (800, 500), a constant input of mean 3
+    Y = mha_lit.dropout(X, p, np.random.default_rng(7))
+    assert Y.shape == X.shape and Y.dtype == X.dtype
+    kept = Y != 0
+    assert np.all(Y[kept] == 3.0 / (1 - p))  # the same division for every kept entry
+    sd_mean = 3.0 * math.sqrt(p / (1 - p) / n)
+    assert abs(Y.mean() - 3.0) < 6 * sd_mean
+    assert abs((~kept).mean() - p) < 6 * math.sqrt(p * (1 - p) / n)
+
+
+def test_dropout_with_p_0_is_the_identity_and_a_copy():
+    X = _X(Dims())
+    Y = mha_lit.dropout(X, 0.0, np.random.default_rng(0))
+    assert np.array_equal(Y, X) and Y is not X  # nothing dropped: the very same numbers
+
+
+def test_dropout_is_reproducible_from_the_generator_and_keeps_float32():
+    X = np.ones((3, 17), np.float32)
+    a = mha_lit.dropout(X, 0.25, np.random.default_rng(11))
+    b = mha_lit.dropout(X, 0.25, np.random.default_rng(11))
+    assert np.array_equal(a, b) and a.dtype == np.float32
+    assert set(np.unique(a).tolist()) <= {0.0, np.float32(1 / 0.75)}
+
+
+def test_dropout_refuses_a_bad_p_or_rng():
+    X, rng = np.ones((3, 5)), np.random.default_rng(0)
+    for p in (-0.1, 1.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"p must be in \[0, 1\)"):
+            mha_lit.dropout(X, p, rng)
+    for p in (True, "0.1", None):
+        with pytest.raises(TypeError, match="p must be a number"):
+            mha_lit.dropout(X, p, rng)
+    with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+        mha_lit.dropout(X, 0.1, 0)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        mha_lit.dropout(np.array([1.0, np.inf]), 0.1, rng)

@@ -494,8 +494,11 @@ def test_kv_cache_growth_draws_caches_weights_and_capacity():
     ax = fig.axes[0]
     lines = {ln.get_gid(): ln for ln in ax.lines if ln.get_gid()}
     assert set(lines) == {"cache:a", "cache:b", "weights:a", "capacity"}
-    assert np.allclose(lines["cache:a"].get_ydata(), 0.3 * n, rtol=1e-12, atol=0)  # in GB
-    assert lines["weights:a"].get_ydata()[0] == 7 and lines["capacity"].get_ydata()[0] == 20
+    gib = 2**30  # the axis is in GiB
+    assert np.allclose(lines["cache:a"].get_ydata(), 3e8 * n / gib, rtol=1e-12, atol=0)
+    assert np.isclose(lines["weights:a"].get_ydata()[0], 7e9 / gib, rtol=1e-12)
+    assert np.isclose(lines["capacity"].get_ydata()[0], 2e10 / gib, rtol=1e-12)
+    assert "GiB" in ax.get_ylabel()
     assert lines["weights:a"].get_color() == lines["cache:a"].get_color()
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     plt.close(fig)

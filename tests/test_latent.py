@@ -41,7 +41,7 @@ TOL = 1e-12  # float64 rounding of sums of a few dozen terms of size about 1
 
 # the book's sizes, and others of distinct primes (d_r even, as RoPE needs)
 LATENT_DIMS = [
-    LatentDims(),  # d_model 5, 2 heads, d_k 7, d_v 11, d_c 13, d_r 8
+    LatentDims(),  # d_model 5, 2 heads, d_k 7, d_v 11, d_c 23, d_r 8
     LatentDims(d_model=3, heads=1, d_k=5, d_v=7, d_c=11, d_r=2),
     LatentDims(d_model=7, heads=3, d_k=2, d_v=13, d_c=5, d_r=4),
     LatentDims(d_model=11, heads=5, d_k=13, d_v=3, d_c=17, d_r=6),
@@ -107,7 +107,7 @@ def test_float32_input_and_weights():
     Y = cache.extend(X)
     assert Y.dtype == np.float32 and latent_attention(X, W).dtype == np.float32
     assert np.allclose(Y, latent_attention(X.astype(np.float64), W), atol=1e-5)
-    assert cache.bytes_per_token() == 21 * 4
+    assert cache.bytes_per_token() == 31 * 4
 
 
 @given(n=st.integers(2, 9), cut=st.integers(1, 8), seed=st.integers(0, 2**16),
@@ -196,13 +196,13 @@ def test_absorption_costs_more_in_prefill_and_less_in_decoding_exactly():
 
 def test_associativity_behind_absorption_exactly():
     # scores: q (C W_UK)^T = (q W_UK^T) C^T; outputs: S (C W_UV) = (S C) W_UV
-    q, C = symbolic.matrix("q", 1, 7), symbolic.matrix("c", 3, 13)
-    W_UK, W_UV, S = symbolic.matrix("a", 13, 7), symbolic.matrix("b", 13, 11), symbolic.matrix("s", 3, 3)
+    q, C = symbolic.matrix("q", 1, 7), symbolic.matrix("c", 3, 23)
+    W_UK, W_UV, S = symbolic.matrix("a", 23, 7), symbolic.matrix("b", 23, 11), symbolic.matrix("s", 3, 3)
     assert sp.expand(q * (C * W_UK).T - (q * W_UK.T) * C.T) == sp.zeros(1, 3)
     assert sp.expand(S * (C * W_UV) - (S * C) * W_UV) == sp.zeros(3, 11)
     # the same with integers in NumPy: exact, every partial sum is an integer
     rng = np.random.default_rng(0)
-    qi, Ci, Wi = rng.integers(-9, 10, (1, 7)), rng.integers(-9, 10, (3, 13)), rng.integers(-9, 10, (13, 7))
+    qi, Ci, Wi = rng.integers(-9, 10, (1, 7)), rng.integers(-9, 10, (3, 23)), rng.integers(-9, 10, (23, 7))
     assert np.array_equal(qi @ (Ci @ Wi).T, (qi @ Wi.T) @ Ci.T)
 
 
@@ -255,11 +255,11 @@ def test_init_is_reproducible_and_scaled_by_fan_in():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"W_UK": np.ones((2, 13, 6))}, r"W_Q has shape \(2, 5, 7\) but must be \(h, d_model, d_k\) = \(2, 5, 6\)"),
+        ({"W_UK": np.ones((2, 23, 6))}, r"W_Q has shape \(2, 5, 7\) but must be \(h, d_model, d_k\) = \(2, 5, 6\)"),
         ({"W_O": np.ones((21, 5))}, r"W_O has shape \(21, 5\) but must be \(h\*d_v, d_model\) = \(22, 5\)"),
         ({"W_KR": np.ones((5, 7)), "W_QR": np.ones((2, 5, 7))}, r"even d_r .* W_KR \(5, 7\)"),
-        ({"W_DKV": np.ones((5, 13, 1))}, r"W_DKV must be 2-D, got shape \(5, 13, 1\)"),
-        ({"W_UV": np.ones((3, 13, 11))}, r"W_UV has shape \(3, 13, 11\) but must be"),
+        ({"W_DKV": np.ones((5, 23, 1))}, r"W_DKV must be 2-D, got shape \(5, 23, 1\)"),
+        ({"W_UV": np.ones((3, 23, 11))}, r"W_UV has shape \(3, 23, 11\) but must be"),
     ],
 )
 def test_bad_weights_refused_with_shapes_named(change, message):
@@ -280,7 +280,7 @@ def test_bad_sizes_refused():
 @pytest.mark.parametrize(
     "X, error, message",
     [
-        (np.ones((3, 4)), ValueError, r"X must be \(rows >= 1, d_model = 5\) to meet W_DKV \(5, 13\), got shape \(3, 4\)"),
+        (np.ones((3, 4)), ValueError, r"X must be \(rows >= 1, d_model = 5\) to meet W_DKV \(5, 23\), got shape \(3, 4\)"),
         (np.ones(5), ValueError, r"X must be \(n, d_model\) or \(B, n, d_model\), got shape \(5,\)"),
         (np.ones((2, 3, 4)), ValueError, r"X must be \(B, n >= 1, d_model = 5\) .* got shape \(2, 3, 4\)"),
         (np.ones((2, 0, 5)), ValueError, r"got shape \(2, 0, 5\)"),
@@ -306,8 +306,8 @@ def test_bad_cache_input_refused_and_cache_unchanged():
     with pytest.raises(ValueError, match=r"X of shape \(2, 5\) holds 1 NaN"):
         cache.extend(np.array([[0.0] * 5, [np.nan] + [0.0] * 4]))
     assert len(cache) == 3 and np.array_equal(cache.rows, before)
-    with pytest.raises(ValueError, match=r"rows must be \(n >= 3, d_c \+ d_r = 21\) for X \(3, 5\)"):
-        latent_attend(np.ones((3, 5)), np.ones((2, 21)), W)
+    with pytest.raises(ValueError, match=r"rows must be \(n >= 3, d_c \+ d_r = 31\) for X \(3, 5\)"):
+        latent_attend(np.ones((3, 5)), np.ones((2, 31)), W)
     with pytest.raises(ValueError, match=r"got rows of shape \(\)"):
         latent_attend(np.ones((3, 5)), 1.0, W)
     with pytest.raises(TypeError, match="W must be mha_lit.latent.LatentWeights"):
@@ -320,7 +320,7 @@ def test_bad_cache_input_refused_and_cache_unchanged():
         LatentKVCache(W, rope_base=1.0)
 
 
-@pytest.mark.parametrize("heads,d_k,d_v,d_c,d_r", [(2, 7, 11, 13, 8), (1, 3, 5, 2, 4), (3, 2, 5, 7, 2)])
+@pytest.mark.parametrize("heads,d_k,d_v,d_c,d_r", [(2, 7, 11, 23, 8), (1, 3, 5, 2, 4), (3, 2, 5, 7, 2)])
 def test_latent_cache_cells_draws_one_cell_per_cached_number(heads, d_k, d_v, d_c, d_r):
     fig = plots.latent_cache_cells(heads, d_k, d_v, d_c, d_r)
     assert isinstance(fig, plt.Figure) and len(fig.axes) == 1
@@ -348,9 +348,9 @@ def test_latent_cache_cells_refuses_bad_sizes():
 # --- mutation-test gaps (shared/reviews/mutation.md): a refusal and the 120-cell limit -------
 
 def test_latent_multiply_adds_refuses_more_query_rows_than_positions():
-    """m query rows attend to n >= m positions (latent-46); m = n, the prefill, is allowed."""
+    """n_new query rows attend to n >= n_new positions (latent-46); n_new = n, the prefill, is allowed."""
     dims = LatentDims()
-    with pytest.raises(ValueError, match=r"m = 3 query rows need at least as many positions, got n = 2"):
+    with pytest.raises(ValueError, match=r"n_new = 3 query rows need at least as many positions, got n = 2"):
         latent_multiply_adds(3, 2, dims)
     with pytest.raises(ValueError, match=r"got n = 1"):
         latent_multiply_adds(2, 1, dims, absorbed=False)

@@ -22,7 +22,8 @@ ROOT = book_pages.ROOT
 
 # chapter -> the names its features bring into the code
 FIRST_TAUGHT = {
-    8: {"key_mask", "has_biases", "bias", "b_Q", "b_K", "b_V", "b_O", "per_sequence", "batch"},
+    8: {"key_mask", "has_biases", "bias", "b_Q", "b_K", "b_V", "b_O", "per_sequence", "batch",
+        "dropout"},
     12: {"fused_weights", "fused_biases", "few_rows_product", "project_heads",
          "output_projection", "choose_sizes", "attend", "attend_tiled", "fast"},
     14: {"kv_heads", "group", "repeat_kv", "group_queries", "ungroup"},

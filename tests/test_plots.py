@@ -26,9 +26,9 @@ def test_product_shapes_draws_every_cell_and_highlights_row_column_entry(a, b, c
     ax = fig.axes[0]
     gids = [p.get_gid() for p in ax.patches]
     assert len(gids) == a * b + b * c + a * c
-    assert gids.count("highlight") == b + b + 1  # row x of A, column y of B, entry R_xy
+    assert gids.count("highlight") == b + b + 1  # row x of A, column y of C, entry R_xy
     texts = _texts(ax)
-    labels = (f"A\n{a} × {b}", f"B\n{b} × {c}", f"R\n{a} × {c}", f"{b} columns", f"{b} rows")
+    labels = (f"A\n{a} × {b}", f"C\n{b} × {c}", f"R\n{a} × {c}", f"{b} columns", f"{b} rows")
     assert all(label in texts for label in labels)
     x, y = entry
     hot = [p.get_xy() for p in ax.patches if p.get_gid() == "highlight"]
@@ -110,7 +110,7 @@ def test_head_heatmaps_one_panel_per_head_with_the_mask(h, n):
     assert len(fig.axes) == h
     assert [ax.get_title() for ax in fig.axes] == [f"head {i + 1}: $S_{i + 1}$" for i in range(h)]
     assert _figure_texts(fig).count("masked") == h * n * (n - 1) // 2
-    assert f"{S[-1, -1, 0]:.2f}" in [t.get_text() for t in fig.axes[-1].texts]
+    assert f"{S[-1, -1, 0]:.3f}" in [t.get_text() for t in fig.axes[-1].texts]
     with pytest.raises(ValueError, match=r"\(heads, n, n\), got shape \(3, 3\)"):
         plots.head_heatmaps(np.ones((3, 3)))
     named = plots.head_heatmaps(S, titles=[f"panel {i}" for i in range(h)])
@@ -283,10 +283,11 @@ def test_gpt_block_diagram_post_ln_boxes_arrows_and_shapes():
     nodes, arrows, texts = _gpt_parts(fig)
     assert nodes == ["Token + position embedding", "Masked multi-head attention",
                      "Add & layer norm 1", "Feed-forward network", "Add & layer norm 2",
-                     "Linear: output projection", "Softmax"]
+                     "Linear: output layer", "Softmax"]
     assert arrows.count("arrow") == len(nodes) - 1 and arrows.count("residual") == 2
     assert all(title in texts for title in nodes)
     assert "GELU, per row: 5 → 17 → 5" in texts and texts.count("3 × 5") == 5
+    assert "3 × 13" in texts  # n_vocab = 13 scores per row
     assert any(t.startswith("× L") for t in texts)
     assert [p.get_gid() for p in fig.axes[0].patches].count("frame") == 1
 
@@ -296,7 +297,7 @@ def test_gpt_block_diagram_pre_ln_has_norms_before_sublayers_and_a_final_norm():
     nodes, arrows, texts = _gpt_parts(fig)
     assert nodes == ["Token + position embedding", "Layer norm 1", "Masked multi-head attention",
                      "+", "Layer norm 2", "Feed-forward network", "+", "Final layer norm",
-                     "Linear: output projection", "Softmax"]
+                     "Linear: output layer", "Softmax"]
     assert arrows.count("arrow") == 9 and arrows.count("residual") == 2
     assert "GELU, per row: 11 → 17 → 11" in texts and "7 × 11" in texts
     assert "pre-LN" in fig.axes[0].get_title()

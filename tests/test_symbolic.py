@@ -40,21 +40,21 @@ def test_matrix_refuses_empty():
 
 @pytest.mark.parametrize("a,b,c", [(3, 5, 7), (2, 3, 5), (7, 11, 13), (1, 2, 3)])
 def test_product_entry_is_row_times_column(a, b, c):
-    A, B = symbolic.matrix("A", a, b), symbolic.matrix("B", b, c)
-    R = A * B
+    A, C = symbolic.matrix("A", a, b), symbolic.matrix("C", b, c)
+    R = A * C
     for x in range(1, a + 1):
         for y in range(1, c + 1):
-            entry = symbolic.product_entry(A, B, x, y)
+            entry = symbolic.product_entry(A, C, x, y)
             assert len(sp.Add.make_args(entry)) == b
             assert sp.expand(entry - R[x - 1, y - 1]) == 0
 
 
 def test_product_entry_refuses_wrong_shapes_and_indices():
-    A, B = symbolic.matrix("A", 3, 5), symbolic.matrix("B", 7, 3)
-    with pytest.raises(ValueError, match="5 columns to match B's 7 rows"):
-        symbolic.product_entry(A, B, 1, 1)
+    A, C = symbolic.matrix("A", 3, 5), symbolic.matrix("C", 7, 3)
+    with pytest.raises(ValueError, match="5 columns to match C's 7 rows"):
+        symbolic.product_entry(A, C, 1, 1)
     with pytest.raises(ValueError, match=r"entry \(4, 1\)"):
-        symbolic.product_entry(A, symbolic.matrix("B", 5, 7), 4, 1)
+        symbolic.product_entry(A, symbolic.matrix("C", 5, 7), 4, 1)
 
 
 def test_symbolic_causal_mask_and_softmax_match_numpy():

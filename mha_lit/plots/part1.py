@@ -33,10 +33,10 @@ def _block(ax, x0, rows, cols, name, shade):
 
 
 def product_shapes(a: int, b: int, c: int, entry=(1, 1),
-                   names=("A", "B", "R"), ax=None):
+                   names=("A", "C", "R"), ax=None):
     """Shape diagram of an (a x b) times (b x c) product, one cell per entry.
 
-    Book: chapter 1. Row x of A and column y of B (``entry = (x, y)``,
+    Book: chapter 1, R = A C. Row x of A and column y of C (``entry = (x, y)``,
     counted from 1) are highlighted, with the entry R_xy they produce; the
     shared size b is written in the highlight colour on both factors.
     Returns the Figure.
@@ -120,9 +120,10 @@ def attention_heatmap(S, ax=None, title=None, tokens=None,
                       causal: bool = True, fmt=".3f"):
     """Heatmap of attention weights S (n x m), numbers in the cells.
 
-    Book: chapter 3, "H = S V". With ``causal`` the strictly upper triangle
-    (a query looking at a later key) is drawn hatched grey and labelled
-    "masked"; S must be 0 there. Returns the Figure.
+    Book: chapter 3, "The attention weights S". With ``causal`` the
+    strictly upper triangle (a query looking at a later key) is drawn
+    hatched grey and labelled "masked"; S must be 0 there. Returns the
+    Figure.
     """
     S = np.asarray(S, dtype=float)
     if S.ndim != 2:
@@ -185,7 +186,7 @@ def head_heatmaps(S, tokens=None, titles=None) -> plt.Figure:
                              squeeze=False)
     for i, ax in enumerate(axes[0]):
         attention_heatmap(S[i], ax=ax, title=titles[i], tokens=tokens,
-                          fmt=".2f")
+                          fmt=".3f")
     fig.tight_layout(w_pad=2.0)
     return fig
 
@@ -347,7 +348,7 @@ def _gpt_nodes(pre_ln: bool, n: int, d_model: int,
                   ("norm", "Add & layer norm 1", "LN(X + attention), per row"),
                   ffn,
                   ("norm", "Add & layer norm 2", "LN(X′ + FFN), per row")]
-    return nodes + [("out", "Linear: output projection",
+    return nodes + [("out", "Linear: output layer",
                      "one score per vocabulary entry"),
                     ("out", "Softmax", "next-token probabilities, per row")]
 
@@ -403,7 +404,7 @@ def _gpt_repeat_frame(ax, top: float, bottom: float, n_text: str) -> None:
 
 
 def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5,
-                      d_ff: int = 17):
+                      d_ff: int = 17, n_vocab: int = 13):
     """The GPT decoder stack as boxes and arrows, data flowing down.
 
     Book: chapter 8, "The decoder block at a glance"; figures 8.1 and 8.2.
@@ -411,7 +412,8 @@ def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5,
     ``pre_ln=False`` draws GPT's block (layer norm after each residual
     addition), ``True`` GPT-2's (layer norm before each sub-layer, one more
     after the last block). Arrows carry their shape in the book's sizes;
-    the dashed frame is the block, repeated L times. Node patches have gid
+    the dashed frame is the block, repeated L times; the output layer
+    gives n_vocab scores per row. Node patches have gid
     "node:<title>", arrows "arrow" or "residual". Returns the Figure.
     """
     nodes = _gpt_nodes(pre_ln, n, d_model, d_ff)
@@ -429,7 +431,8 @@ def gpt_block_diagram(pre_ln: bool = False, n: int = 3, d_model: int = 5,
     for i in range(len(nodes) - 1):
         _gpt_arrow(ax, [(0, ys[i] - half[i]), (0, ys[i + 1] + half[i + 1])],
                    "arrow")
-        shape = f"{n} × vocab" if i == len(nodes) - 2 else f"{n} × {d_model}"
+        shape = (f"{n} × {n_vocab}" if i == len(nodes) - 2
+                 else f"{n} × {d_model}")
         ax.text(-0.14, ys[i + 1] + half[i + 1] + 0.2, shape, ha="right",
                 va="center", fontsize=9.5, color="#555555", style="italic")
     adds = [i for i, node in enumerate(nodes)

@@ -254,17 +254,19 @@ def latent_cache_cells(heads: int = 2, d_k: int = 7, d_v: int = 11,
 
 # --- chapter 18: what the cache costs, model by model ---
 
+_GIB = 2**30  # bytes in a GiB, the unit of kv_cache_growth's axis
+
 
 def kv_cache_growth(curves, weights=None, capacity=None) -> plt.Figure:
     """One sequence's KV cache against its length, one line per model.
 
     Book: chapter 18, "The cache against the weights". ``curves`` maps a
     model's label to (tokens, bytes): its cache at each of those sequence
-    lengths, drawn in GB on log-log axes and ending in a dot (the context
-    length, when the curve runs that far). ``weights`` maps some of the
-    labels to the size of the model's weights in bytes, a dashed line in
-    the model's colour; ``capacity`` = (label, bytes) is one device's
-    memory, a dotted black line. Artists carry gids "cache:<label>",
+    lengths, drawn in GiB (2**30 bytes) on log-log axes and ending in a dot
+    (the context length, when the curve runs that far). ``weights`` maps
+    some of the labels to the size of the model's weights in bytes, a
+    dashed line in the model's colour; ``capacity`` = (label, bytes) is one
+    device's memory, a dotted black line. Artists carry gids "cache:<label>",
     "weights:<label>" and "capacity". Returns the Figure.
     """
     weights = dict(weights or {})
@@ -295,20 +297,20 @@ def kv_cache_growth(curves, weights=None, capacity=None) -> plt.Figure:
     colours = plt.get_cmap("tab10").colors
     for k, (label, (n, b)) in enumerate(data.items()):
         colour = colours[k % len(colours)]
-        ax.loglog(n, b / 1e9, color=colour, lw=2.2, label=f"{label}: cache",
+        ax.loglog(n, b / _GIB, color=colour, lw=2.2, label=f"{label}: cache",
                   gid=f"cache:{label}")
-        ax.plot(n[-1:], b[-1:] / 1e9, "o", color=colour, ms=6)
+        ax.plot(n[-1:], b[-1:] / _GIB, "o", color=colour, ms=6)
         if label in weights:
-            ax.axhline(weights[label] / 1e9, color=colour, ls="--", lw=1.3,
+            ax.axhline(weights[label] / _GIB, color=colour, ls="--", lw=1.3,
                        label=f"{label}: weights", gid=f"weights:{label}")
     if capacity is not None:
-        ax.axhline(capacity[1] / 1e9, color="black", ls=":", lw=1.8,
+        ax.axhline(capacity[1] / _GIB, color="black", ls=":", lw=1.8,
                    label=capacity[0], gid="capacity")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(
         lambda t, _: f"{t / 1024:g}K" if t >= 1024 else f"{t:g}"))
     ax.set_xlabel("tokens in the sequence (K = 1,024)")
-    ax.set_ylabel("GB")
+    ax.set_ylabel("GiB (2^30 bytes)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
