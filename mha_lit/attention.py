@@ -82,13 +82,13 @@ def attention(Q, K, V, mask=None, *, scale: float | None = None):
     Q, K, V, mask = checks.attention_operands(Q, K, V, mask)
     if scale is None:
         scale = 1 / math.sqrt(Q.shape[-1])
-    S = (Q * scale) @ np.swapaxes(K, -1, -2)  # (.., n, d_k) @ (.., d_k, m)
+    Z = (Q * scale) @ np.swapaxes(K, -1, -2)  # (.., n, d_k) @ (.., d_k, m)
     if mask is not None:
-        np.copyto(S, -np.inf, where=~mask)  # (.., n, m): hidden keys -inf
-    S -= row_max(S)  # softmax's numerator, in S's memory: exponents <= 0
-    np.exp(S, out=S)  # (.., n, m), exp(-inf) = 0
-    H = S @ V  # (.., n, m) @ (.., m, d_v) -> (.., n, d_v)
-    H /= S.sum(axis=-1, keepdims=True)  # each row by its sum of weights
+        np.copyto(Z, -np.inf, where=~mask)  # (.., n, m): hidden keys -inf
+    Z -= row_max(Z)  # scores less each row's maximum: exponents <= 0
+    E = np.exp(Z, out=Z)  # e_tu, (.., n, m), in Z's memory; exp(-inf) = 0
+    H = E @ V  # (.., n, m) @ (.., m, d_v) -> (.., n, d_v)
+    H /= E.sum(axis=-1, keepdims=True)  # row t by its sum l_t of e_tu
     return H
 
 

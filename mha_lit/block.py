@@ -150,9 +150,6 @@ def feed_forward_rows(X, W_1, b_1, W_2, b_2) -> np.ndarray:
     ``feed_forward`` checks the shapes and then calls this; the decoder,
     whose arrays are checked once, calls it directly.
     """
-    if len(X) == 1:  # one row: matrix-vector products (chapter 7)
-        hidden = gelu_values(X[0] @ W_1 + b_1)  # (d_ff,)
-        return (hidden @ W_2 + b_2)[None]  # (1, d_model)
     hidden = gelu_values(X @ W_1 + b_1)  # X W_1 is (n, d_ff)
     return hidden @ W_2 + b_2  # (n, d_ff) @ (d_ff, d_model) -> (n, d_model)
 

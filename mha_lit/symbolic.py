@@ -166,7 +166,8 @@ def multi_head_output(X: sp.Matrix, W: tuple[sp.Matrix, ...],
         # (n, d_k), (n, d_k), (n, d_v)
         Q, K, V = X * W_Qi, X * W_Ki, X * W_Vi
         if b is not None:  # chapter 8: one bias row added to every row
-            b_Qi, b_Ki, b_Vi = b[3 * i: 3 * i + 3]  # (1, d_k), (1, d_v)
+            # (1, d_k), (1, d_k), (1, d_v)
+            b_Qi, b_Ki, b_Vi = b[3 * i: 3 * i + 3]
             Q, K, V = (_plus_row(Q, b_Qi), _plus_row(K, b_Ki),
                        _plus_row(V, b_Vi))  # shapes unchanged
         scores = Q * K.T / sp.sqrt(W_Qi.shape[1])  # (n, n)
