@@ -86,9 +86,9 @@ def attention(Q, K, V, mask=None, *, scale: float | None = None):
     if mask is not None:
         np.copyto(Z, -np.inf, where=~mask)  # (.., n, m): hidden keys -inf
     Z -= row_max(Z)  # scores less each row's maximum: exponents <= 0
-    E = np.exp(Z, out=Z)  # e_tu, (.., n, m), in Z's memory; exp(-inf) = 0
-    H = E @ V  # (.., n, m) @ (.., m, d_v) -> (.., n, d_v)
-    H /= E.sum(axis=-1, keepdims=True)  # row t by its sum l_t of e_tu
+    e = np.exp(Z, out=Z)  # e_tu, (.., n, m), in Z's memory; exp(-inf) = 0
+    H = e @ V  # (.., n, m) @ (.., m, d_v) -> (.., n, d_v)
+    H /= e.sum(axis=-1, keepdims=True)  # row t by its sum l_t of e_tu
     return H
 
 

@@ -208,11 +208,11 @@ def group_queries(Q: np.ndarray, q_pos: np.ndarray, kv_heads: int):
     """Q (.., h, n, d_k) as (.., h_kv, n*g, d_k): a group's queries as rows.
 
     Book: Part III, chapter 14. The g query heads that share one K/V head
-    are interleaved, position by position (rows t*g .. t*g + g-1 are
-    the g queries of position t), so that each K/V head meets all of them
-    in one product and K and V are never repeated. The positions q_pos
-    (.., n) come back repeated to match, (.., n*g). Without groups (g = 1),
-    Q and q_pos as they are.
+    are interleaved, position by position (rows p*g .. p*g + g-1 are
+    the g queries of the 0-based position p), so that each K/V head
+    meets all of them in one product and K and V are never repeated. The
+    positions q_pos (.., n) come back repeated to match, (.., n*g).
+    Without groups (g = 1), Q and q_pos as they are.
     """
     *lead, h, n, d_k = Q.shape
     g = h // kv_heads  # query heads per K/V head
@@ -242,27 +242,29 @@ def attend_tiled(Q, K, V, mask_of, tile: int) -> np.ndarray:
     no row of scores longer than ``tile`` ever exists. They are kept in at
     least float32, as FlashAttention keeps them, so that float16 inputs do
     not accumulate in float16. Q (.., h, b, d_k), already scaled; K, V
-    (.., h, m, d); ``mask_of(c0, c1)`` gives the mask (.., b, c1 - c0) of
-    keys c0 .. c1-1, or None. Returns H (.., h, b, d_v).
+    (.., h, m, d), m keys (a count, not the row maximum mx);
+    ``mask_of(c0, c1)`` gives the mask (.., b, c1 - c0) of keys c0 .. c1-1,
+    or None. Z holds one tile's scores, then their exponentials. Returns
+    H (.., h, b, d_v).
     """
     dtype = np.promote_types(Q.dtype, np.float32)  # of the running values
     mx = np.full(Q.shape[:-1] + (1,), -np.inf, dtype)  # running maxima
-    ell = np.zeros(mx.shape, dtype)  # running sums of exp(S - mx)
-    acc = np.zeros(Q.shape[:-1] + V.shape[-1:], dtype)  # sum exp(S - mx) V
+    ell = np.zeros(mx.shape, dtype)  # running sums of exp(Z - mx)
+    acc = np.zeros(Q.shape[:-1] + V.shape[-1:], dtype)  # sum exp(Z - mx) V
     for c0 in range(0, K.shape[-2], tile):
         c1 = min(c0 + tile, K.shape[-2])
         # (.., h, b, T), in float32 at least
-        S = (Q @ np.swapaxes(K[..., c0:c1, :], -1, -2)).astype(dtype)
+        Z = (Q @ np.swapaxes(K[..., c0:c1, :], -1, -2)).astype(dtype)
         mask = mask_of(c0, c1)  # (.., b, T) or None
         if mask is not None:  # the same for every head
-            np.copyto(S, -np.inf, where=~mask[..., None, :, :])
+            np.copyto(Z, -np.inf, where=~mask[..., None, :, :])
         # a row may see no key of this tile yet: keep it finite
-        mx_new = np.maximum(mx, S.max(axis=-1, keepdims=True))  # (.., 1)
+        mx_new = np.maximum(mx, Z.max(axis=-1, keepdims=True))  # (.., 1)
         shift = np.where(np.isneginf(mx_new), 0.0, mx_new)  # (.., 1)
         alpha = np.exp(mx - shift)  # rescales what was summed so far
-        np.exp(S - shift, out=S)  # (.., h, b, T), exp(-inf) = 0
-        ell = ell * alpha + S.sum(axis=-1, keepdims=True)  # (.., 1)
-        acc = acc * alpha + S @ V[..., c0:c1, :].astype(dtype)  # (.., d_v)
+        np.exp(Z - shift, out=Z)  # (.., h, b, T), exp(-inf) = 0
+        ell = ell * alpha + Z.sum(axis=-1, keepdims=True)  # (.., 1)
+        acc = acc * alpha + Z @ V[..., c0:c1, :].astype(dtype)  # (.., d_v)
         mx = mx_new
     return (acc / ell).astype(Q.dtype, copy=False)  # (.., h, b, d_v)
 
@@ -290,8 +292,9 @@ def attend(Q, K, V, q_pos, k_pos, seen=None, *, in_order: bool = True,
     """H (.., h, n, d_v) for queries at q_pos against keys at k_pos.
 
     Book: chapter 12, "Skipping the masked blocks". Q (.., h, n, d_k),
-    already scaled, K (.., h, m, d_k), V (.., h, m, d_v); q_pos (.., n)
-    and k_pos (.., m) are positions (-1: an empty cache slot).
+    already scaled, K (.., h, m, d_k), V (.., h, m, d_v), m keys (a count,
+    not the row maximum); q_pos (.., n) and k_pos (.., m) are positions
+    (-1: an empty cache slot).
     ``seen(q_pos, k_pos)`` is the rule that makes the mask
     (``masks.visible`` for causal attention); None: every key.
 

@@ -270,11 +270,12 @@ def attention_traffic(n: int, d_k: int, sram_values: int | None = None
     ``sram_values=M``: FlashAttention's tiled computation with on-chip
     memory of M numbers (their Algorithm 1, the loop order of
     FlashAttention-1: key blocks outside, query blocks inside). The output
-    and the row statistics m and l are first written as zeros
-    (n d_k + 2 n); blocks of B_c = ceil(M / 4 d_k) keys and values are
-    read once (2 n d_k); for each of the T_c = ceil(n / B_c) key blocks
-    every query block reads its queries and partial output and writes the
-    output back, and reads and writes m and l (3 n d_k + 4 n).
+    O and the row statistics l and m are first written, initialised to
+    O = 0, l = 0 and m = -inf (n d_k + 2 n); blocks of B_c = ceil(M / 4 d_k)
+    keys and values are read once (2 n d_k); for each of the
+    T_c = ceil(n / B_c) key blocks every query block reads its queries and
+    partial output and writes the output back, and reads and writes m and
+    l (3 n d_k + 4 n).
     Theta(n^2 d_k^2 / M): Z and S never leave the chip. As n grows the
     ratio of the two counts tends to M / (3 d_k^2).
     """

@@ -449,10 +449,10 @@ def stale_rows(text: str, used: dict[str, set[str]]) -> list[str]:
         items = [x.strip() for x in re.split(r"[,;]", re.sub(r"\([^)]*\)", " ", where_cell))]
         if not items or not all(re.fullmatch(r"\d+|glossary|intro|first look", x) for x in items):
             continue
-        for tex in re.findall(r"\$([^$]+)\$", symbol_cell):
-            for sym in sorted(symbols(tex)):
-                if not any(sym in used.get(x, set()) for x in items):
-                    stale.append(f"notation.md line {line}: {sym} is used on none of {where_cell}")
+        cell_symbols = set().union(*map(symbols, re.findall(r"\$([^$]+)\$", symbol_cell)))
+        for sym in sorted(cell_symbols):
+            if not any(sym in used.get(x, set()) for x in items):
+                stale.append(f"notation.md line {line}: {sym} is used on none of {where_cell}")
     return stale
 
 
