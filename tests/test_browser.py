@@ -409,9 +409,9 @@ def test_first_look_heatmap_tells_query_key_and_weight_and_switches_heads(browse
     S = _first_look_weights()  # (2 heads, 3 queries, 3 keys)
 
     def tip_text(q, k, h, i, j):
-        return f"query \u201c{q}\u201d \u2192 key \u201c{k}\u201d\nweight {S[h, i, j]:.2f}"
+        return f"query \u201c{q}\u201d \u2192 key \u201c{k}\u201d\nweight {S[h, i, j]:.3f}"
 
-    assert f"{S[0, 2, 1]:.2f}" != f"{S[1, 2, 1]:.2f}"  # the two heads differ in that cell
+    assert f"{S[0, 2, 1]:.3f}" != f"{S[1, 2, 1]:.3f}"  # the two heads differ in that cell
     problems: list[str] = []
     context, page = _open(browser, site, "book/first_look", problems,
                           viewport={"width": 1280, "height": 900})
@@ -474,15 +474,17 @@ def test_every_page_of_the_toc_is_checked():
 def _notation_rows() -> dict[str, tuple[int, ...]]:
     """First cell -> the numbers of the second cell, for the table rows of book/notation.md.
 
-    A symbol's first row counts: the running example's sizes come first; Part III's chapters
-    restate some symbols (h, n) for their own examples further down.
+    A symbol's first row with a number counts: the running example's sizes come before
+    Part III's, whose chapters restate some symbols (h, n) for their own examples; a row of
+    the letters' table, which gives no size, is passed over.
     """
     rows = {}
     for line in (ROOT / "book" / "notation.md").read_text().splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if line.startswith("| $") and len(cells) >= 2:
             numbers = tuple(int(number) for number in re.findall(r"\d+", cells[1]))
-            rows.setdefault(cells[0], numbers)
+            if numbers:
+                rows.setdefault(cells[0], numbers)
     return rows
 
 
