@@ -437,7 +437,7 @@ def test_first_look_heatmap_tells_query_key_and_weight_and_switches_heads(browse
         panels.nth(1).locator('rect[data-i="2"][data-j="1"]').hover()
         assert tip.inner_text() == tip_text("sat", "cat", 1, 2, 1)
         panels.nth(1).locator('rect[data-i="0"][data-j="2"]').hover()  # above the diagonal
-        assert tip.inner_text() == "query \u201cthe\u201d \u2192 key \u201csat\u201d\nmasked: weight 0.00"
+        assert tip.inner_text() == "query \u201cthe\u201d \u2192 key \u201csat\u201d\nmasked: weight 0.000"
         page.mouse.move(0, 0)
         assert not tip.is_visible()
         page.keyboard.press("Tab")  # the keyboard reaches the cells too
@@ -503,7 +503,7 @@ def test_notation_page_states_the_sizes_the_code_uses():
         r"$d_v$": (dims.d_v,), r"$h$": (dims.heads,), r"$h\,d_v$": (dims.concat,),
         r"$d_\text{ff}$": (B.W_1.shape[1],), r"$n_\text{vocab}$": (len(VOCABULARY),),
         r"$X$": X.shape, r"$W_{Qi}$, $W_{Ki}$": W.W_K.shape[1:], r"$W_{Vi}$": W.W_V.shape[1:],
-        r"$Q_i$, $K_i$": Q.shape, r"$V_i$": V.shape, r"$Q_i K_i^T$": (Q @ Q.T).shape,
+        r"$Q_i$, $K_i$": Q.shape, r"$V_i$": V.shape, r"$Z_i$": (Q @ Q.T).shape,
         r"$H_i$": V.shape, r"$\operatorname{Concat}(H_1, H_2)$": (dims.tokens, dims.concat),
         r"$W_O$": W.W_O.shape, r"$Y$": X.shape,
         r"$\gamma_1$, $\beta_1$": B.gamma_1.shape, r"$\gamma_2$, $\beta_2$": B.beta_2.shape,
