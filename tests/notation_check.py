@@ -337,21 +337,24 @@ def _cells(line: str) -> list[str]:
     return cells
 
 
-def notation_tables(text: str) -> list[tuple[str, str, int]]:
-    """(symbol cell, where cell, line number) for every row of a table with a ``where`` column."""
-    rows = []
-    lines = text.splitlines()
+def table_rows(text: str):
+    """(line number, lower-cased header cells, cells) for every body row of every table."""
     header = None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip().startswith("|"):
             header = None
             continue
         cells = _cells(line)
         if header is None:
             header = [c.lower() for c in cells]
-            continue
-        if all(set(c) <= set("-: ") for c in cells):
-            continue
+        elif not all(set(c) <= set("-: ") for c in cells):  # not the |---| line
+            yield number, header, cells
+
+
+def notation_tables(text: str) -> list[tuple[str, str, int]]:
+    """(symbol cell, where cell, line number) for every row of a table with a ``where`` column."""
+    rows = []
+    for number, header, cells in table_rows(text):
         if "where" in header:
             key = next((k for k, h in enumerate(header) if h in ("symbol", "letter")), 0)
             rows.append((cells[key], cells[header.index("where")], number))
@@ -403,16 +406,7 @@ def check_book() -> dict[str, dict[str, str]]:
 def size_primes(text: str) -> dict[int, set[str]]:
     """Prime -> the symbols that the sizes table (its column ``running example``) gives that size."""
     primes: dict[int, set[str]] = defaultdict(set)
-    lines = text.splitlines()
-    header = None
-    for line in lines:
-        if not line.strip().startswith("|"):
-            header = None
-            continue
-        cells = _cells(line)
-        if header is None:
-            header = [c.lower() for c in cells]
-            continue
+    for _, header, cells in table_rows(text):
         col = next((k for k, h in enumerate(header) if h == "running example"), None)
         if col is None or col >= len(cells):
             continue
