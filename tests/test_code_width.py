@@ -4,7 +4,9 @@ The browser test (tests/test_browser.py) measures the rendered pages in Chromium
 applies the same rule to the sources and stored outputs, so it also runs where no browser is
 installed. Measured in Chromium at 1280 px: a code cell's box holds 77 characters (684 px,
 16 px padding each side, 8.43 px a character); inside a toggle (a hide-input cell's input, a
-hide-cell cell's input and output, a hide-output cell's output) it holds 75. Parts removed
+hide-cell cell's input and output, a hide-output cell's output) it holds 75. A solution's
+code (inside an exercise's solution box, 4 rem narrower) is set at 12.5 px instead of 14 px
+(book/_static/book.css) and holds 77 again, so a cell there has the plain limit. Parts removed
 with remove-* tags are not shown. Outputs count where the page shows them as preformatted
 text: streams, errors, and results whose richest form is text/plain.
 """
