@@ -2,7 +2,7 @@
 
 With MyST-NB (the book's build and tests) it must be ``myst_nb.glue`` itself, so every stored
 output nbval compares stays as it is. Without it (Colab, a plain Jupyter) ``display=True``
-shows the value once and ``display=False`` shows nothing.
+shows the value once and ``display=False`` shows only a figure.
 """
 
 import importlib
@@ -43,6 +43,16 @@ def test_without_myst_nb_display_true_shows_the_value_once(without_myst_nb):
     book.glue("a_value", value)
     book.glue("a_value_again", 3, display=True)
     assert shown == [(value,), (3,)]
+
+
+def test_without_myst_nb_a_figure_is_shown_where_it_was_made(without_myst_nb):
+    """A glued figure appears in the notebook itself, display=False or not."""
+    from matplotlib.figure import Figure
+
+    book, shown = without_myst_nb
+    figure = Figure()
+    book.glue("fig_a_figure", figure, display=False)
+    assert shown == [(figure,)]
 
 
 def test_reloaded_with_myst_nb_it_is_myst_nb_glue_again():
