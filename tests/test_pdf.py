@@ -90,11 +90,13 @@ def _chapters() -> list[dict]:
         title = _title(markdown)
         chapter["title"] = f"{chapter['number']}. {title}" if chapter["number"] else title
         labelled = (len(re.findall(r"^\$\$\s*\([^)\s]+\)\s*$", markdown, re.M))
-                    + len(re.findall(r"^:label:", markdown, re.M)))
+                    + len(re.findall(r"^[`:]{3,}\{math\}[^\n]*\n:label:", markdown, re.M)))
         chapter["equations"] = [f"({chapter['number']}.{k})" for k in range(1, labelled + 1)]
         figures = (len(re.findall(r"^[`:]{3,}\{(?:figure|glue:figure)\}", markdown, re.M))
                    + sum(1 for c in cells if c["metadata"].get("mystnb", {}).get("figure", {}).get("caption")))
         chapter["figures"] = [f"Fig. {chapter['number']}.{k}" for k in range(1, figures + 1)]
+        exercises = len(re.findall(r"^[`:]{3,}\{exercise\}", markdown, re.M))
+        chapter["exercises"] = [f"Exercise {chapter['number']}.{k}" for k in range(1, exercises + 1)]
     assert [c["name"] for c in chapters] == PAGES
     return chapters
 
@@ -305,6 +307,56 @@ def test_equation_numbers_are_printed_in_their_chapters(book):
         assert not missing, f"{chapter['title']}: equation numbers not printed: {missing}"
         recorded = next(c for c in book["record"]["chapters"] if c["name"] == chapter["name"])
         assert recorded["equations"] == chapter["equations"], chapter["title"]
+
+
+def test_exercises_are_numbered_and_their_solutions_printed_with_their_code(book):
+    """Exercise 3.2 and "Solution to Exercise 3.2" in chapter 3, the solution's code inside it.
+
+    Each exercise is a sphinx-exercise directive; its solution is gated (solution-start, then
+    the solution's text and code cells, then solution-end), so the code belongs to it. On paper
+    the solution is unfolded: its title, and the first line of its code, are printed after the
+    exercise and before the next one.
+    """
+    starts = [_start_pages(book)[c["title"]] for c in CHAPTERS] + [len(book["texts"]) + 1]
+    assert sum(len(c["exercises"]) for c in CHAPTERS) >= 40
+
+    def squeeze(text: str) -> str:  # the PDF's text layer spaces code its own way
+        return re.sub(r"\s+", "", text)
+
+    for chapter, (first, end) in zip(CHAPTERS, zip(starts, starts[1:])):
+        text = squeeze(" ".join(book["texts"][first - 1:end - 1]))
+        notebook = ROOT / f"{chapter['name']}.ipynb"
+        cells = json.loads(notebook.read_text())["cells"] if notebook.is_file() else []
+        solutions = _solution_code(cells)
+        assert len(solutions) == len(chapter["exercises"]), chapter["title"]
+        at = 0
+        for label, code in zip(chapter["exercises"], solutions):
+            label = squeeze(label)
+            shown = re.compile(re.escape(label) + r"(?!\d)")  # 3.1, not the start of 3.12
+            exercise = shown.search(text, at)
+            assert exercise, f"{chapter['title']}: {label} not printed"
+            solution = text.find(f"Solutionto{label}", exercise.end())
+            assert solution > 0, f"{chapter['title']}: no solution to {label} after it"
+            line = squeeze(next(line for line in code.splitlines() if line.strip()))
+            assert text.find(line[:20], solution) > solution, f"{label}: code {line[:20]!r}"
+            at = solution
+
+
+def _solution_code(cells: list[dict]) -> list[str]:
+    """The code of each gated solution, in order: the first code cell after solution-start."""
+    found, inside = [], False
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            if "{solution-end}" in source:
+                inside = False
+            if "{solution-start}" in source:
+                assert not inside, "a solution starts inside another"
+                inside, found = True, found + [None]
+        elif inside and found[-1] is None:
+            found[-1] = source
+    assert None not in found, "a solution without code"
+    return found
 
 
 def test_every_image_and_figure_is_printed(book):
