@@ -63,50 +63,10 @@ MARGIN_MM = {"top": 16, "bottom": 16, "left": 18, "right": 18}
 COLUMN_PX = round((210 - MARGIN_MM["left"] - MARGIN_MM["right"]) / 25.4 * 96)
 PAGE_PX = round((297 - MARGIN_MM["top"] - MARGIN_MM["bottom"]) / 25.4 * 96)
 
-# The print stylesheet, added on top of the book's own styles (the web pages stay unchanged).
+# The book's own pages, added on top of the print rules every page has (book/_static/book.css):
+# title page, contents, a new page for each chapter. The web pages stay unchanged.
 PRINT_CSS = """
 @media print {
-  html { font-size: 14px; }
-  body { background: white; }
-  /* Shadows would be printed as pictures of blurred boxes. */
-  * { box-shadow: none !important; text-shadow: none !important; }
-  html body .bd-article :is(.admonition, div.admonition, div.topic, aside.topic, .sd-card,
-    div.deprecated, div.versionadded, div.versionchanged) { box-shadow: none !important; }
-  /* The theme prints one page: it hides the page's first h1 and shows a title block instead. */
-  .bd-main .bd-content .bd-article h1:first-of-type { display: block !important; }
-  /* Only the article: no navigation, sidebars, header buttons, launch menus, search, footers. */
-  #pst-skip-link, #pst-back-to-top, #pst-search-dialog, #pst-primary-sidebar-modal,
-  #pst-header, .bd-header, .bd-sidebar-primary, .bd-sidebar-secondary, .bd-header-article,
-  .prev-next-footer, .bd-footer, .bd-footer-content, .bd-footer-article, #jb-print-docs-body,
-  #searchbox, .headerlink, button.copybtn, .toggle-button, details.hide > summary,
-  .pst-async-banner-revealer, .sbt-scroll-pixel-helper { display: none !important; }
-  .bd-container, .bd-container__inner, .bd-page-width, .bd-main, .bd-content,
-  .bd-article-container, .bd-article { display: block !important; max-width: none !important;
-    width: auto !important; margin: 0 !important; padding: 0 !important;
-    overflow: visible !important; }
-  /* Unfolded: hidden code cells and exercise solutions. */
-  details.hide { border: none !important; padding: 0 !important; margin: 0 !important;
-    box-shadow: none !important; background: none !important; }
-  .toggle-hidden > *, .admonition.toggle-hidden > * { display: revert !important; }
-
-  /* Code: wrap long lines instead of cutting them off; keep a cell's input on one page. */
-  pre { white-space: pre-wrap !important; overflow-wrap: anywhere; overflow: visible !important;
-        max-height: none !important; }
-  div.highlight pre { font-size: 0.8rem; line-height: 1.35; }
-  .cell_input { break-inside: avoid-page; }
-  /* Tables fit the column; their inline code may break (the web pages let tables scroll). */
-  .table-wrapper, .pst-scrollable-table-container { overflow: visible !important; }
-  table { font-size: 0.86rem; }
-  tr { break-inside: avoid-page; }
-  .bd-article table code.literal span.pre { white-space: normal !important;
-        overflow-wrap: anywhere !important; }
-  /* Figures, images and display equations are never split across pages. */
-  figure, img, div.math, mjx-container[display="true"] { break-inside: avoid-page; }
-  img { max-width: 100% !important; height: auto; }
-  h1, h2, h3, h4, h5, .admonition-title, p.caption { break-after: avoid-page; }
-  p { orphans: 3; widows: 3; }
-  a { text-decoration: none; }
-
   /* The book's own pages: title page, contents, a new page for each chapter. */
   .pdf-title-page { break-after: page; text-align: center; padding-top: 200px; }
   .pdf-title-page img { width: 140px; margin-bottom: 40px; }
@@ -149,6 +109,10 @@ async ({parts, root, title, author, copyright, logo, mark}) => {
   document.querySelectorAll("details").forEach((d) => { d.open = true; });
   document.querySelectorAll(".toggle-hidden").forEach((e) => e.classList.remove("toggle-hidden"));
 
+  // A table's cells carry a copy of their column's heading for the phone's cards (book.js):
+  // paper shows the table itself, so the copies (and their formulas) go.
+  document.querySelectorAll(".mha-card-label").forEach((e) => e.remove());
+
   // MathJax 3 typesets on load; its startup promise resolves when it is done.
   if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
     return {error: "MathJax did not load"};
@@ -157,7 +121,8 @@ async ({parts, root, title, author, copyright, logo, mark}) => {
   const mathElements = [...article.querySelectorAll("span.math, div.math")];
   const mathjaxContainers = article.querySelectorAll(
     "span.math > mjx-container, div.math > mjx-container").length;
-  const items = Array.from(MathJax.startup.document.math);
+  const items = Array.from(MathJax.startup.document.math)  // not the removed copies
+    .filter((item) => !item.typesetRoot || item.typesetRoot.isConnected);
   const texOf = new Map(items.map((item) => [item.typesetRoot, item.math]));
   const mathErrors = items.map((item) => MathJax.startup.toMML(item.root))
     .filter((m) => m.includes("<merror") || /<mtext[^>]*mathcolor="red"/.test(m))

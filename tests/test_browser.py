@@ -19,14 +19,24 @@ its switch sets them, in localStorage). On each page, width and mode:
 - the sidebar links to every page of `_toc.yml` (and is visible on the desktop);
 - a notebook page links to its `.ipynb` download and to Binder and Colab;
 - the page does not scroll sideways (a phone reader would have to pan the whole page);
-- it can be read: every image and interactive figure of the text sits undimmed on a light
-  panel (relative luminance above 0.8), and every piece of text of the article, solutions and
+- it can be read: every image and interactive figure of the text sits on a light panel
+  (undimmed, relative luminance above 0.8, in the light theme; dimmed to an off-white of 0.6 to
+  0.85 as seen in the dark theme), and every piece of text of the article, solutions and
   hidden cells opened, has WCAG contrast of at least 4.5 against what lies behind it (3 for
   large text), computed from the browser's own colours;
 - at 1280 px, no code cell (input or printed output) is wider than its box (the text column
   holds about 77 characters of code, 75 inside a toggle that hides a cell or its code);
+- it fits its column (`_misfits` states the thresholds): no display equation cut off, or
+  scrolling without the fade that shows it scrolls, or with its number on the formula; at
+  390 px no code input wider than the column, and no printed output that scrolls unseen; no
+  table wider than its box, and no table cell of prose squeezed below 8 em; every image drawn
+  at 0.62 of its size or more (its smallest text, 7 pt at 100 dpi, keeps 6 px), linked to its
+  file, with alt text that is not a file name; no build markup in the text;
 - a full-page screenshot is saved to `_build/screenshots/{desktop,phone}/<page>.png`, and for
   the dark mode to `_build/screenshots/{dark-desktop,dark-phone}/<page>.png`.
+
+A chapter printed from its page (Chromium's own printing) keeps its number in its title, its
+folded code and its solutions, and prints no navigation.
 
 The first look's interactive heatmap is also used: hovering a cell shows its query, key and
 weight (checked against mha_lit), the buttons switch heads, and a tap works on a phone.
@@ -44,6 +54,8 @@ the other worker: its single-page build writes only into `_build/pdf/`.
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import re
 import shutil
@@ -65,8 +77,12 @@ THEMES = ("light", "dark")  # the theme's toggle; light is the first visit's def
 # WCAG 2.1 minimum contrast (success criterion 1.4.3): normal text, and large text
 # (24 px, or 18.66 px bold).
 TEXT_CONTRAST, LARGE_TEXT_CONTRAST = 4.5, 3.0
-# A figure's black text needs a light panel: the relative luminance behind an image.
+# A figure's black text needs a light panel: the relative luminance behind an image, as the
+# reader sees it. In the light theme the panel is white or nearly (above 0.8, not dimmed); in
+# the dark theme it is dimmed to an off-white that does not glare beside the dark page (0.6 to
+# 0.85; black text on 0.6 still has a contrast of 13).
 LIGHT_PANEL = 0.8
+DARK_THEME_PANEL = (0.6, 0.85)
 
 
 PAGES = book_pages.toc_pages()
@@ -129,7 +145,10 @@ INSPECT_PAGE = """
 async () => {
   const late = (promise, what) => Promise.race([promise, new Promise((_, reject) =>
     setTimeout(() => reject(new Error(`${what} did not finish within 30 s`)), 30000))]);
-  const mathElements = [...document.querySelectorAll("span.math, div.math")];
+  // Formulas of the text; not the copies of a table's headings that book.js puts in its cells
+  // for the phone's cards (copied from typeset headings).
+  const mathElements = [...document.querySelectorAll("span.math, div.math")]
+    .filter((el) => !el.closest(".mha-card-label"));
   let mathjax = null;
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     try { await late(MathJax.startup.promise, "MathJax"); }
@@ -227,11 +246,13 @@ INSPECT_LEGIBILITY = """
   // Every image and interactive figure of the text sits on a light panel.
   const figures = [...article.querySelectorAll("img, .mha-attn")].filter(shown).map((el) => {
     const bg = background(el);
-    // A filter that dims the image (brightness below 1) greys its white and its black text.
-    const dimmed = [...getComputedStyle(el).filter.matchAll(/brightness\\(([\\d.]+)\\)/g)]
-      .some((m) => Number(m[1]) < 1);
-    return {what: el.getAttribute("src") || el.className, luminance: luminance(bg), bg: hex(bg),
-            dimmed};
+    // A filter that dims the image (brightness below 1) greys its white and its black text:
+    // what the reader sees is the panel's colour times that factor.
+    const brightness = [...getComputedStyle(el).filter.matchAll(/brightness\\(([\\d.]+)\\)/g)]
+      .reduce((product, m) => product * Number(m[1]), 1);
+    const seen = bg.map((v) => Math.min(255, v * brightness));
+    return {what: el.getAttribute("src") || el.className, luminance: luminance(seen),
+            bg: hex(seen), brightness};
   });
 
   // Every piece of text of the article (prose, tables, code, outputs, admonitions, captions)
@@ -275,6 +296,108 @@ INSPECT_LEGIBILITY = """
 """
 
 
+# Runs in the page after INSPECT_LEGIBILITY (solutions and hidden cells open): what does not
+# fit the column, and whether the reader can tell and reach it.
+INSPECT_LAYOUT = """
+async ([figureScale]) => {
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const article = document.querySelector("article.bd-article");
+  const shown = (el) => el.getClientRects().length > 0 &&
+                        getComputedStyle(el).visibility !== "hidden";
+  const wider = (el) => el.scrollWidth > el.clientWidth + 1;
+  const cued = (el) => {
+    const s = getComputedStyle(el);
+    return [s.maskImage, s.webkitMaskImage].some((m) => m && m.includes("gradient"));
+  };
+  const scrolls = (el) => ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+  const text = (el) => el.textContent.trim().replace(/\\s+/g, " ").slice(0, 60);
+  const equations = {count: 0, scrolling: 0, cut: [], uncued: [], numberOnFormula: []};
+  for (const eq of article.querySelectorAll("div.math")) {
+    if (!shown(eq)) continue;
+    equations.count++;
+    const container = eq.querySelector(":scope > mjx-container");
+    const tex = eq.id || text(eq);
+    // The box that scrolls is the equation's own (book.css) or, in the theme's own style, its
+    // formula's container; a container that does not scroll overflows into the equation's box.
+    for (const box of [eq, container].filter((b) => b && (b === eq || scrolls(b)))) {
+      if (!wider(box)) continue;
+      if (!scrolls(box)) equations.cut.push(tex);
+      else {
+        equations.scrolling++;
+        if (!cued(box)) equations.uncued.push(tex);
+      }
+    }
+    const number = eq.querySelector(":scope > span.eqno");
+    const formula = eq.querySelector("mjx-math");
+    // Overflow to the left of the box cannot be scrolled to: that part of the formula is cut.
+    if (formula && eq.scrollLeft === 0 &&
+        formula.getBoundingClientRect().left < eq.getBoundingClientRect().left - 1) {
+      equations.cut.push(tex);
+    }
+    if (number && formula) {
+      const n = number.getBoundingClientRect(), f = formula.getBoundingClientRect();
+      const view = eq.getBoundingClientRect();
+      const right = Math.min(f.right, view.right);
+      if (n.left < right - 1 && f.left < n.right - 1 && n.top < f.bottom - 1 && f.top < n.bottom - 1) {
+        equations.numberOnFormula.push(tex);
+      }
+    }
+  }
+  const pres = (part) => [...article.querySelectorAll(`div.${part} pre`)].filter(shown);
+  const code = {inputs: 0, inputsScrolling: [], outputs: 0, outputsScrolling: 0, outputsUncued: []};
+  for (const pre of pres("cell_input")) {
+    code.inputs++;
+    if (wider(pre)) code.inputsScrolling.push(text(pre));
+  }
+  for (const pre of pres("cell_output")) {
+    code.outputs++;
+    if (wider(pre)) {
+      code.outputsScrolling++;
+      if (!cued(pre) || !scrolls(pre)) code.outputsUncued.push(text(pre));
+    }
+  }
+  const tables = {count: 0, cards: 0, hidingColumns: [], squeezed: []};
+  for (const table of article.querySelectorAll("table")) {
+    if (!shown(table)) continue;
+    tables.count++;
+    if (table.classList.contains("mha-cards")) tables.cards++;
+    const box = table.parentElement;
+    if (table.getBoundingClientRect().width > box.clientWidth + 1) {
+      tables.hidingColumns.push(text(table.querySelector("tr") || table));
+    }
+    const em = parseFloat(getComputedStyle(table).fontSize);
+    for (const cell of table.querySelectorAll("td")) {
+      const shownText = cell.cloneNode(true);  // not a card's hidden label, nor MathJax's copy
+      shownText.querySelectorAll(".mha-card-label, mjx-assistive-mml").forEach((e) => e.remove());
+      const words = shownText.textContent.trim();
+      if (words.length >= 40 && cell.getBoundingClientRect().width < 8 * em) {
+        tables.squeezed.push(words.slice(0, 40));
+      }
+    }
+  }
+  const figures = [];
+  for (const img of article.querySelectorAll("img")) {
+    if (!shown(img)) continue;
+    const s = getComputedStyle(img);
+    const drawn = img.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+    const link = img.closest("a");
+    const alt = img.getAttribute("alt") || "";
+    figures.push({src: img.getAttribute("src"), scale: drawn / img.naturalWidth,
+                  linked: !!link && link.href === img.src,
+                  altIsPath: !alt.trim() || /\\.(png|jpe?g|svg|gif|webp)\\s*$/i.test(alt) ||
+                             /(^|\\/)_images\\/|[0-9a-f]{20}/.test(alt),
+                  boxScrolls: !!link && wider(link), cued: !!link && (!wider(link) || cued(link))});
+  }
+  const plumbing = (article.innerText.match(/glue\\(|NBVAL|nbval-|remove-(cell|input|output)/g) || []);
+  return {equations, code, tables, figures, plumbing: [...new Set(plumbing)]};
+}
+"""
+
+# Figures are drawn with text of 7 pt or more at 100 dpi (tests/test_plots.py): 9.7 px at full
+# size. Drawn at no less than this share of their size, that text keeps 6 px on any screen.
+FIGURE_SCALE = 0.62
+
+
 def _check_page(browser, html: Path, page_name: str, viewport: str,
                 theme: str = "light") -> tuple[list[str], dict]:
     """Open one page at one width in one theme; return every problem found and what was seen."""
@@ -291,6 +414,7 @@ def _check_page(browser, html: Path, page_name: str, viewport: str,
         found = page.evaluate(INSPECT_PAGE)
         if "timeout" not in found:
             found.update(page.evaluate(INSPECT_LEGIBILITY, [TEXT_CONTRAST, LARGE_TEXT_CONTRAST]))
+            found["layout"] = page.evaluate(INSPECT_LAYOUT, [FIGURE_SCALE])
         folder = viewport if theme == "light" else f"{theme}-{viewport}"
         shot = html.parent / "screenshots" / folder / f"{page_name.replace('/', '__')}.png"
         shot.parent.mkdir(parents=True, exist_ok=True)
@@ -326,6 +450,7 @@ def _check_page(browser, html: Path, page_name: str, viewport: str,
         problems.append(f"page scrolls sideways: {found['scrollWidth']} px wide in a "
                         f"{found['innerWidth']} px window")
     problems += _illegible(found, theme)
+    problems += _misfits(found["layout"], viewport)
     return [f"{label} {p}" for p in problems], found
 
 
@@ -338,13 +463,60 @@ def _illegible(found: dict, theme: str) -> list[str]:
         problems.append(f"colours the test cannot read: {found['unreadable']}")
     if not found["textsChecked"]:
         problems.append("no text found in the article")
-    dark_panels = [f for f in found["figures"] if f["luminance"] <= LIGHT_PANEL or f["dimmed"]]
-    if dark_panels:
-        problems.append(f"figures dimmed or on a dark panel (luminance <= {LIGHT_PANEL}): "
-                        f"{dark_panels}")
+    if theme == "light":
+        wrong = [f for f in found["figures"]
+                 if f["luminance"] <= LIGHT_PANEL or f["brightness"] < 1]
+        want = f"undimmed, on a panel of luminance above {LIGHT_PANEL}"
+    else:
+        low, high = DARK_THEME_PANEL
+        wrong = [f for f in found["figures"] if not low <= f["luminance"] <= high]
+        want = f"on an off-white panel of luminance {low} to {high} as seen"
+    if wrong:
+        problems.append(f"figures not {want}: {wrong}")
     if found["lowContrast"]:
         problems.append(f"text below WCAG contrast ({TEXT_CONTRAST}, large text "
                         f"{LARGE_TEXT_CONTRAST}): {found['lowContrast'][:8]}")
+    return problems
+
+
+def _misfits(layout: dict, viewport: str) -> list[str]:
+    """What INSPECT_LAYOUT found that does not fit, or that the reader cannot tell scrolls.
+
+    The thresholds, at both widths unless said: no display equation cut off (wider than its
+    box without scrolling, or reaching left of where the scroll starts), none that scrolls
+    without the fade that shows it does, no equation number on its formula; at 390 px no code
+    input wider than the column (a reader must read it: it wraps), and every printed output
+    that scrolls shows the fade; no table wider than its box (the reader would lose a column),
+    and no cell of 40 characters or more squeezed into less than 8 em; every image drawn at
+    FIGURE_SCALE of its size or more, linked to its own file (a tap opens it full size), with
+    alt text that is not a file name, and faded at the edge if its box scrolls; and no build
+    markup (glue calls, NBVAL markers, cell tags) in the text a reader sees.
+    """
+    problems = []
+    equations, code, tables = layout["equations"], layout["code"], layout["tables"]
+    for key, what in (("cut", "equations cut off"), ("uncued", "equations that scroll unseen"),
+                      ("numberOnFormula", "equation numbers on their formulas")):
+        if equations[key]:
+            problems.append(f"{what}: {equations[key][:6]}")
+    if viewport == "phone" and code["inputsScrolling"]:
+        problems.append(f"code inputs wider than the column: {code['inputsScrolling'][:6]}")
+    if code["outputsUncued"]:
+        problems.append(f"printed outputs that scroll unseen: {code['outputsUncued'][:6]}")
+    if tables["hidingColumns"]:
+        problems.append(f"tables wider than their box: {tables['hidingColumns'][:6]}")
+    if tables["squeezed"]:
+        problems.append(f"table cells squeezed below 8 em: {tables['squeezed'][:6]}")
+    figures = layout["figures"]
+    for test, what in ((lambda f: f["scale"] < FIGURE_SCALE - 0.005,
+                        f"figures drawn below {FIGURE_SCALE} of their size"),
+                       (lambda f: not f["linked"], "images that do not open full size"),
+                       (lambda f: f["altIsPath"], "images whose alt text is a file name"),
+                       (lambda f: not f["cued"], "figures that scroll unseen")):
+        wrong = [(f["src"], round(f["scale"], 2)) for f in figures if test(f)]
+        if wrong:
+            problems.append(f"{what}: {wrong[:6]}")
+    if layout["plumbing"]:
+        problems.append(f"build markup shown to the reader: {layout['plumbing']}")
     return problems
 
 
@@ -461,6 +633,52 @@ def test_first_look_heatmap_tells_query_key_and_weight_and_switches_heads(browse
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     finally:
         context.close()
+    assert not problems, problems
+
+
+def test_a_chapter_printed_from_its_page_keeps_its_number_folded_code_and_solutions(browser, site):
+    """A reader's own "Print" of a chapter page: Chromium prints it (print media, as the menu
+    does), and the printed text has the chapter's number in its title, the code of the folded
+    cell, each exercise followed by its solution's text and code, and no navigation or buttons.
+
+    The folded code and the solutions are opened by the print style sheet alone (book.css):
+    Chromium's PDF printing runs no `beforeprint` handler, so book.js is not what opens them.
+    """
+    import pypdf
+
+    page_name = "book/part1/01_linear_algebra"
+    cells = json.loads((ROOT / f"{page_name}.ipynb").read_text())["cells"]
+    source = ["".join(c["source"]) for c in cells]
+    folded = [s for c, s in zip(cells, source) if "hide-input" in c["metadata"].get("tags", [])]
+    solutions = [s for c, s, before in zip(cells[1:], source[1:], source)
+                 if c["cell_type"] == "code" and "{solution-start}" in before]
+    assert folded and len(solutions) >= 3
+    problems: list[str] = []
+    context, page = _open(browser, site, page_name, problems, viewport={"width": 1280, "height": 900})
+    try:
+        page.evaluate("async () => { await MathJax.startup.promise; await document.fonts.ready; }")
+        pdf = page.pdf(format="A4", print_background=True)
+    finally:
+        context.close()
+    text = "".join(p.extract_text() for p in pypdf.PdfReader(io.BytesIO(pdf)).pages)
+    squeezed = re.sub(r"\s+", "", text)
+
+    def first_line(code: str) -> str:
+        return re.sub(r"\s+", "", next(line for line in code.splitlines() if line.strip()))[:24]
+
+    heading = next(line for line in cells[0]["source"] if line.startswith("# "))
+    title = re.sub(r"\s+", "", "1. " + heading[2:])
+    assert squeezed.startswith(title), (title, squeezed[:80])
+    for code in folded:
+        assert first_line(code) in squeezed, f"folded code not printed: {first_line(code)!r}"
+    at = 0
+    for number, code in enumerate(solutions, start=1):
+        solution = squeezed.find(f"SolutiontoExercise1.{number}", at)
+        assert solution > at, f"no solution to Exercise 1.{number} after the one before"
+        assert squeezed.find(first_line(code), solution) > solution, f"Exercise 1.{number}'s code"
+        at = solution
+    for chrome in ("Skiptomaincontent", "Showcodecell", "PrinttoPDF", "Backtotop"):
+        assert chrome not in squeezed, f"printed {chrome!r}"
     assert not problems, problems
 
 

@@ -406,10 +406,38 @@ def test_causal_block_grid_kinds_match_a_brute_force_count(n, block):
 # --- end of Part II --------------------------------------------------------------------------
 
 
+# The smallest text a figure may carry. The book shows figures as PNGs at 100 dpi (the notebook's
+# inline backend): 7 pt is 9.7 px at full size, and the book never draws a figure below 0.62 of
+# its size (book/_static/book.js), so no text of a figure falls below 6 px, even on a phone.
+SMALLEST_TEXT_PT = 7
+
+
+def _text_below(fig, smallest: float) -> list[tuple[str, float]]:
+    """Every visible, non-empty text of a drawn figure smaller than `smallest` points."""
+    fig.canvas.draw()  # tick labels exist once the figure is drawn
+    return [(t.get_text(), t.get_fontsize()) for t in fig.findobj(matplotlib.text.Text)
+            if t.get_visible() and t.get_text().strip() and t.get_fontsize() < smallest]
+
+
 @pytest.fixture(autouse=True)
 def _close_figures():
+    """After each test, every figure it drew has no text below SMALLEST_TEXT_PT; then close."""
     yield
-    plt.close("all")
+    try:
+        small = {n: _text_below(plt.figure(n), SMALLEST_TEXT_PT) for n in plt.get_fignums()}
+        small = {n: texts for n, texts in small.items() if texts}
+        assert not small, f"text below {SMALLEST_TEXT_PT} pt (figure: [(text, size)]): {small}"
+    finally:
+        plt.close("all")
+
+
+def test_small_text_is_found():
+    """The check above can fail: a 6.5 pt label is reported, a 7 pt one is not."""
+    fig, ax = plt.subplots()
+    ax.text(0.5, 0.5, "small", fontsize=6.5)
+    ax.set_title("big enough", fontsize=7)
+    assert _text_below(fig, SMALLEST_TEXT_PT) == [("small", 6.5)]
+    plt.close(fig)
 
 
 # --- mutation-test gaps (shared/reviews/mutation.md): numbering, layout, a refusal -----------
