@@ -122,10 +122,14 @@ def site(browser) -> Path:
     command = [_jupyter_book(), "build", str(ROOT), "-W", "-n", "--keep-going"]
     if path_output != ROOT:
         command += ["--path-output", str(path_output)]
-    # Sphinx rewrites only changed pages, but every page's sidebar shows the table of
-    # contents: when _toc.yml or _config.yml changed since the last build, rebuild all pages.
-    settings = hashlib.sha256(b"".join((ROOT / f).read_bytes()
-                                       for f in ("_toc.yml", "_config.yml"))).hexdigest()
+    # Sphinx rewrites only changed pages, and copies the static files only when it writes a
+    # page; but every page's sidebar shows the table of contents, and every page loads
+    # book/_static and is shaped by book/_ext: when one of those changed since the last
+    # build, rebuild all pages.
+    settings_files = [ROOT / "_toc.yml", ROOT / "_config.yml",
+                      *sorted((ROOT / "book" / "_static").rglob("*.*")),
+                      *sorted((ROOT / "book" / "_ext").glob("*.py"))]
+    settings = hashlib.sha256(b"".join(f.read_bytes() for f in settings_files)).hexdigest()
     stamp = build / "settings_of_last_build.sha256"
     if not stamp.is_file() or stamp.read_text() != settings:
         command.append("--all")

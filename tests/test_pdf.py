@@ -315,7 +315,9 @@ def test_exercises_are_numbered_and_their_solutions_printed_with_their_code(book
     Each exercise is a sphinx-exercise directive; its solution is gated (solution-start, then
     the solution's text and code cells, then solution-end), so the code belongs to it. On paper
     the solution is unfolded: its title, and the first line of its code, are printed after the
-    exercise and before the next one.
+    exercise and before the next solution. The text layer lists a page's boxed titles in its own
+    order (an exercise's title bar may come before the solution box above it on the page), so an
+    exercise is placed by its page: on the page of its solution or before it.
     """
     starts = [_start_pages(book)[c["title"]] for c in CHAPTERS] + [len(book["texts"]) + 1]
     assert sum(len(c["exercises"]) for c in CHAPTERS) >= 40
@@ -324,7 +326,9 @@ def test_exercises_are_numbered_and_their_solutions_printed_with_their_code(book
         return re.sub(r"\s+", "", text)
 
     for chapter, (first, end) in zip(CHAPTERS, zip(starts, starts[1:])):
-        text = squeeze(" ".join(book["texts"][first - 1:end - 1]))
+        pages = [squeeze(page) for page in book["texts"][first - 1:end - 1]]
+        text = "".join(pages)
+        page_of = [i for i, page in enumerate(pages) for _ in page]  # character -> page
         notebook = ROOT / f"{chapter['name']}.ipynb"
         cells = json.loads(notebook.read_text())["cells"] if notebook.is_file() else []
         solutions = _solution_code(cells)
@@ -332,14 +336,18 @@ def test_exercises_are_numbered_and_their_solutions_printed_with_their_code(book
         at = 0
         for label, code in zip(chapter["exercises"], solutions):
             label = squeeze(label)
-            shown = re.compile(re.escape(label) + r"(?!\d)")  # 3.1, not the start of 3.12
-            exercise = shown.search(text, at)
+            # "Exercise 3.1" on its own, not the start of 3.12 nor the end of "Solution to ..."
+            shown = re.compile(r"(?<!Solutionto)" + re.escape(label) + r"(?!\d)")
+            exercise = shown.search(text)
             assert exercise, f"{chapter['title']}: {label} not printed"
-            solution = text.find(f"Solutionto{label}", exercise.end())
-            assert solution > 0, f"{chapter['title']}: no solution to {label} after it"
+            solution = text.find(f"Solutionto{label}", at)
+            assert solution >= 0, f"{chapter['title']}: no solution to {label} after the last"
+            assert page_of[exercise.start()] <= page_of[solution], f"{label} after its solution"
             line = squeeze(next(line for line in code.splitlines() if line.strip()))
-            assert text.find(line[:20], solution) > solution, f"{label}: code {line[:20]!r}"
-            at = solution
+            following = text.find("Solutionto", solution + 1)
+            following = len(text) if following < 0 else following
+            assert solution < text.find(line[:20], solution) < following, f"{label}: code {line[:20]!r}"
+            at = solution + 1
 
 
 def _solution_code(cells: list[dict]) -> list[str]:
