@@ -10,7 +10,8 @@ Part II's ``trace`` (recording products), ``counting``, ``models``,
 ``fast`` (the fast path of ``multi_head_attention``), ``decoder`` (a
 small GPT that generates) and ``roofline`` (from CPU to GPU); then Part
 III's ``rope`` (rotary positions) and ``latent`` (multi-head latent
-attention and its cache). ``plots`` draws the figures of every part;
+attention and its cache); then Part IV's ``grad`` (the backward
+pass) and ``train`` (a model that learns). ``plots`` draws the figures of every part;
 ``checks`` holds the checks at the door of the public functions.
 
 ``import mha_lit`` needs NumPy only: ``plots`` (matplotlib) and
@@ -20,7 +21,17 @@ attention and its cache). ``plots`` draws the figures of every part;
 
 import importlib
 
-from . import counting, latent, masks, models, roofline, rope, trace, variants
+from . import (
+    counting,
+    grad,
+    latent,
+    masks,
+    models,
+    roofline,
+    rope,
+    trace,
+    variants,
+)
 from .attention import (
     attention,
     attention_weights,
@@ -88,6 +99,7 @@ __all__ = [
     "roofline",
     "rope",
     "latent",
+    "grad",
     "masks",
     "models",
     "trace",

@@ -46,8 +46,8 @@ The sizes (``size_primes``)
     The column ``running example`` of the sizes table: each prime in it belongs to one axis.
 
 Where (``where_pages``)
-    ``all`` (every page), a part ``I``, ``II``, ``III``, chapter numbers ``12`` and ranges
-    ``9–13`` (the chapters of Parts I-III are numbered 1-18 in the order of ``_toc.yml``), and the
+    ``all`` (every page), a part ``I``, ``II``, ``III``, ``IV``, chapter numbers ``12`` and ranges
+    ``9–13`` (the chapters of Parts I-IV are numbered 1-21 in the order of ``_toc.yml``), and the
     unnumbered pages ``intro``, ``first look``, ``glossary``. Text in parentheses (the section
     of a local symbol) is for the reader and is ignored. The notation page itself is not
     checked: it is the definition.
@@ -288,10 +288,10 @@ def toc_pages() -> list[str]:
 
 
 def page_names(pages: list[str]) -> dict[str, str]:
-    """Page path -> its name for ``where``: ``1``..``18`` for chapters, else a word."""
+    """Page path -> its name for ``where``: ``1``..``21`` for chapters, else a word."""
     names, chapter = {}, 0
     for page in pages:
-        if re.search(r"/part[123]/", page):
+        if re.search(r"/part[1234]/", page):
             chapter += 1
             names[page] = str(chapter)
         else:
@@ -299,7 +299,8 @@ def page_names(pages: list[str]) -> dict[str, str]:
     return names
 
 
-PARTS = {"I": range(1, 9), "II": range(9, 14), "III": range(14, 19)}
+PARTS = {"I": range(1, 9), "II": range(9, 14), "III": range(14, 19),
+         "IV": range(19, 22)}
 
 
 def where_pages(cell: str) -> set[str]:

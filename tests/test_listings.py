@@ -31,7 +31,7 @@ FIRST_TAUGHT = {
     16: {"window", "band", "window_reach"},
     17: {"latent", "LatentWeights", "LatentKVCache", "latent_rows"},
 }
-PART_START = {"part1": 1, "part2": 9, "part3": 14}
+PART_START = {"part1": 1, "part2": 9, "part3": 14, "part4": 19}
 INCLUDE = re.compile(r"```\{literalinclude\}\s*(\S+)\s*\n:pyobject:\s*(\S+)")
 
 
