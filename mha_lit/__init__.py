@@ -11,8 +11,9 @@ Part II's ``trace`` (recording products), ``counting``, ``models``,
 small GPT that generates) and ``roofline`` (from CPU to GPU); then Part
 III's ``rope`` (rotary positions) and ``latent`` (multi-head latent
 attention and its cache); then Part IV's ``grad`` (the backward
-pass) and ``train`` (a model that learns). ``plots`` draws the figures of every part;
-``checks`` holds the checks at the door of the public functions.
+pass), ``flash`` (FlashAttention's backward) and ``train`` (a model
+that learns). ``plots`` draws the figures of every part; ``checks``
+holds the checks at the door of the public functions.
 
 ``import mha_lit`` needs NumPy only: ``plots`` (matplotlib) and
 ``symbolic`` (SymPy) are imported the first time they are used, as
