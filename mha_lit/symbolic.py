@@ -5,6 +5,8 @@ product_entry), chapter 3 "Q, K, V" (qk_transpose). With the book's primes
 every entry of Q K^T is a sum of exactly 7 products, and a wrong shape
 fails loudly instead of broadcasting. Chapter 8 "GPT-2's block, exactly"
 opts in to bias symbols (bias_vectors, ``b`` of multi_head_output).
+Chapter 19 "The backward pass of attention" differentiates with them
+(pairing, gradient).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from .shapes import Dims
 
 __all__ = ["matrix", "qk_transpose", "product_entry", "causal_mask",
            "softmax", "weight_matrices", "bias_vectors", "multi_head_output",
-           "output_rows", "depends_on"]
+           "output_rows", "depends_on", "pairing", "gradient"]
 
 
 def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
@@ -206,3 +208,36 @@ def depends_on(Y: sp.Matrix, X: sp.Matrix) -> list[list[bool]]:
             for i in range(Y.shape[0])]
     return [[bool(used[i] & set(X.row(j))) for j in range(X.shape[0])]
             for i in range(Y.shape[0])]
+
+
+# --- Part IV, chapter 19: the backward pass ---------------------------------
+
+
+def pairing(G: sp.Matrix, A: sp.Matrix) -> sp.Expr:
+    """<G, A>: the sum over all entries of G times A, entry by entry.
+
+    Book: chapter 19, "A gradient has the shape of its matrix". With G =
+    dA held fixed, the derivative of <dA, A> with respect to whatever A is
+    computed from is what the loss passes back through A. G and A must
+    have the same shape.
+    """
+    if G.shape != A.shape:
+        raise ValueError(f"<G, A> pairs entries of equal shapes: G is "
+                         f"{G.rows} x {G.cols}, A is {A.rows} x {A.cols}")
+    return sp.Add(*G.multiply_elementwise(A))  # a scalar
+
+
+def gradient(f: sp.Expr, A: sp.Matrix) -> sp.Matrix:
+    """The matrix of the derivatives of f, one per entry of A: A's shape.
+
+    Book: chapter 19, "A gradient has the shape of its matrix". Entry
+    (x, y) is the derivative of f by the symbol A_xy; every entry of A
+    must be a symbol.
+    """
+    for x in range(A.rows):
+        for y in range(A.cols):
+            if not isinstance(A[x, y], sp.Symbol):
+                raise ValueError(
+                    f"entry ({x + 1}, {y + 1}) of the {A.rows} x {A.cols} "
+                    f"matrix is {A[x, y]}, not a symbol")
+    return A.applyfunc(lambda a: sp.diff(f, a))  # A's shape

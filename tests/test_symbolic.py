@@ -174,3 +174,44 @@ def test_multi_head_output_refuses_biases_that_do_not_fit():
         symbolic.multi_head_output(X, W, b[:-1])
     with pytest.raises(ValueError, match=r"3 x 7 matrix must be 1 x 7, got 7 x 1"):
         symbolic.multi_head_output(X, W, (b[0].T, *b[1:]))
+
+
+# --- chapter 19 additions: pairing, gradient ------------------------------------------------
+
+
+@pytest.mark.parametrize("a, b, c", [(3, 5, 7), (2, 3, 1), (1, 1, 1), (5, 2, 3)])
+def test_gradient_of_a_pairing_is_the_product_rule(a, b, c):
+    """d<dR, A C>/dA = dR C^T and d<dR, A C>/dC = A^T dR, for symbols of every shape."""
+    A, C, dR = symbolic.matrix("a", a, b), symbolic.matrix("c", b, c), symbolic.matrix("r", a, c)
+    f = symbolic.pairing(dR, A * C)
+    assert symbolic.gradient(f, A).shape == (a, b)
+    assert sp.expand(symbolic.gradient(f, A) - dR * C.T) == sp.zeros(a, b)
+    assert sp.expand(symbolic.gradient(f, C) - A.T * dR) == sp.zeros(b, c)
+
+
+def test_pairing_is_the_sum_of_entrywise_products_and_agrees_with_numpy():
+    rng = np.random.default_rng(19)
+    G, A = rng.integers(-5, 6, (2, 3, 4))
+    exact = symbolic.pairing(sp.Matrix(G), sp.Matrix(A))
+    assert exact == int((G * A).sum())  # integers: exact
+    x = symbolic.matrix("x", 2, 2)
+    assert symbolic.pairing(sp.ones(2, 2), x) == sum(x)
+
+
+def test_gradient_of_a_softmax_row_is_chapter_3s_jacobian():
+    """diag(S_t) - S_t^T S_t, the derivative of a row of weights by its scores."""
+    z = symbolic.matrix("z", 1, 3)
+    S = symbolic.softmax(z)
+    for u in range(3):
+        row = symbolic.gradient(S[0, u], z)  # (1, 3)
+        expected = sp.Matrix(1, 3, lambda _, v: S[0, u] * (int(u == v) - S[0, v]))
+        assert sp.simplify(row - expected) == sp.zeros(1, 3)
+
+
+def test_pairing_and_gradient_refuse_bad_input_naming_the_shapes():
+    with pytest.raises(ValueError, match="G is 3 x 5, A is 5 x 3"):
+        symbolic.pairing(symbolic.matrix("g", 3, 5), symbolic.matrix("a", 5, 3))
+    x = symbolic.matrix("x", 2, 3)
+    with pytest.raises(ValueError, match=r"entry \(1, 2\) of the 2 x 3 matrix is 2\*x_\{1,2\}"):
+        symbolic.gradient(x[0, 0], sp.Matrix(2, 3, lambda i, j: 2 * x[i, j] if (i, j) == (0, 1)
+                                             else x[i, j]))
