@@ -24,6 +24,7 @@ import importlib
 
 from . import (
     counting,
+    flash,
     grad,
     latent,
     masks,
@@ -101,6 +102,7 @@ __all__ = [
     "rope",
     "latent",
     "grad",
+    "flash",
     "masks",
     "models",
     "trace",

@@ -6,7 +6,9 @@ matmul_count), chapter 11 "From counts to time" (forward_flops,
 attention_crossover, non_embedding_params), chapter 12 "Computing it
 efficiently" (kv_cache_bytes) and Part III, chapter 18 "What the cache
 costs, model by model" (kv_values_per_token, kv_ratio_to_mha,
-decoder_param_breakdown, active_param_count, sequences_that_fit). The
+decoder_param_breakdown, active_param_count, sequences_that_fit) and Part
+IV, chapter 20 "What the backward pass costs" (backward_activations,
+activation_bytes, published_activation_bytes, training_state_bytes). The
 sizes come from ``models``; ``trace`` checks the counts by recording the
 products as they happen.
 
@@ -74,6 +76,11 @@ __all__ = [
     "decoder_param_breakdown",
     "active_param_count",
     "sequences_that_fit",
+    "RECOMPUTE",
+    "backward_activations",
+    "activation_bytes",
+    "published_activation_bytes",
+    "training_state_bytes",
 ]
 
 
@@ -366,3 +373,111 @@ def sequences_that_fit(cfg: ModelSizes, memory: float,
             f"the weights take {weights / 1e9:,.1f} GB at {b} bytes per "
             f"parameter, more than the {memory / 1e9:,.1f} GB of memory")
     return int((memory - weights) // kv_cache_bytes(c, n, b))
+
+
+# --- Part IV, chapter 20: what the backward pass costs ----------------------
+
+# what the backward keeps, from most to least: everything it reads; what
+# grad.loss_and_grads keeps (S and G recomputed); the layer's input only
+RECOMPUTE = ("none", "book", "full")
+_RECOMPUTED_BY_BOOK = ("S (h rows of n weights)",
+                       "G = GELU(U) (input of G W_2)")
+_LAYER_INPUT = "X (input of layer norm 1)"
+
+
+def backward_activations(cfg: TransformerConfig, tokens: int
+                         ) -> dict[str, int]:
+    """Numbers per token that one GPT layer's backward reads from its forward.
+
+    Book: chapter 20, "What the backward pass keeps". A weight's gradient
+    needs the input of its product (dW = A^T dC), an input's gradient the
+    weight (not an activation); Q K^T needs Q and K, S V needs S and V;
+    softmax's backward needs S, GELU's its input U, a layer norm its
+    input. The block is GPT-2's (chapter 8): X' = X + MHA(LN_1(X)), then
+    X' + FFN(LN_2(X')), with U = LN_2(X') W_1 + b_1 and G = GELU(U); each
+    query row of S holds the ``tokens`` = n keys of the sequence (the
+    masked ones included, as the book's kernel computes them).
+    """
+    c = check_config(cfg, TransformerConfig, "backward_activations")
+    n = checks.positive_int(tokens, "tokens")
+    d, h, d_k, f = c.d_model, c.heads, c.d_k, c.d_ff
+    return {
+        _LAYER_INPUT: d,
+        "LN_1(X) (input of X W_Q, X W_K, X W_V)": d,
+        "Q": h * d_k,
+        "K": h * d_k,
+        "V": h * d_k,
+        "S (h rows of n weights)": h * n,
+        "Concat (input of Concat W_O)": h * d_k,
+        "X' (input of layer norm 2)": d,
+        "LN_2(X') (input of X W_1)": d,
+        "U = LN_2(X') W_1 + b_1 (input of GELU)": f,
+        "G = GELU(U) (input of G W_2)": f,
+    }
+
+
+def activation_bytes(cfg: TransformerConfig, tokens: int,
+                     bytes_per_value: float = 2,
+                     recompute: str = "book") -> float:
+    """Bytes per token that one layer keeps for its backward pass.
+
+    Book: chapter 20. ``recompute``: "none" keeps every array of
+    ``backward_activations``; "book" keeps what ``grad.loss_and_grads``
+    keeps, recomputing S from Q and K (as FlashAttention does) and G
+    from U; "full" keeps only the layer's input X and runs the layer's
+    forward again during the backward. ``bytes_per_value``: 2 for 16-bit
+    activations, 8 for the book's float64.
+    """
+    kept = backward_activations(cfg, tokens)
+    if recompute == "book":
+        kept = {k: v for k, v in kept.items() if k not in _RECOMPUTED_BY_BOOK}
+    elif recompute == "full":
+        kept = {_LAYER_INPUT: kept[_LAYER_INPUT]}
+    elif recompute != "none":
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got "
+                         f"{recompute!r}")
+    if not bytes_per_value > 0:
+        raise ValueError(
+            f"bytes_per_value must be positive, got {bytes_per_value}")
+    return sum(kept.values()) * bytes_per_value
+
+
+def published_activation_bytes(cfg: TransformerConfig, tokens: int,
+                               batch: int = 1,
+                               recompute: str = "none") -> int:
+    """Korthikanti et al. (2022)'s bytes of one layer's activations (data).
+
+    Book: chapter 20. Their equation (1), in their letters s (tokens),
+    b (batch), h (d_model), a (heads): s b h (34 + 5 a s / h) bytes, for
+    16-bit activations and 1-byte dropout masks, no parallelism.
+    ``recompute``: "none"; "selective", their selective recomputation of
+    the attention's softmax and dropout, 34 s b h; "full", their full
+    recomputation, 2 s b h (the layer's input). The formula is the
+    paper's; the sizes are ``cfg``'s.
+    """
+    c = check_config(cfg, TransformerConfig, "published_activation_bytes")
+    s = checks.positive_int(tokens, "tokens")
+    b = checks.positive_int(batch, "batch")
+    h, a = c.d_model, c.heads
+    formulas = {"none": 34 * s * b * h + 5 * a * s * s * b,
+                "selective": 34 * s * b * h, "full": 2 * s * b * h}
+    if recompute not in formulas:
+        raise ValueError(f"recompute must be one of {tuple(formulas)}, got "
+                         f"{recompute!r}")
+    return formulas[recompute]
+
+
+def training_state_bytes(cfg: ModelSizes) -> dict[str, int]:
+    """Bytes of weights, gradients and Adam's state: 16 per parameter.
+
+    Book: chapter 20, "The memory budget of training". Mixed-precision
+    training with Adam as Rajbhandari et al. (2020, ZeRO, section 3.1)
+    count it: 16-bit weights and gradients (2 + 2 bytes per parameter),
+    and Adam's 32-bit copy of the weights and its two moments (4 + 4 + 4).
+    Activations come on top (``activation_bytes``).
+    """
+    N = param_count(check_config(cfg, ModelSizes, "training_state_bytes"))
+    return {"weights (16-bit)": 2 * N, "gradients (16-bit)": 2 * N,
+            "Adam: weights (32-bit)": 4 * N,
+            "Adam: first moment (32-bit)": 4 * N,
+            "Adam: second moment (32-bit)": 4 * N}

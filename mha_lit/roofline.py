@@ -1,8 +1,9 @@
 """The roofline model: how fast a product can run, on a CPU and on a GPU.
 
-Book: chapter 13 "From CPU to GPU" (everything here) and chapter 12
+Book: chapter 13 "From CPU to GPU" (everything here), chapter 12
 "Computing it efficiently" (``matmul_intensity``, ``measure_rates``,
-``attention_traffic``, ``attention_traffic_fa2``).
+``attention_traffic``, ``attention_traffic_fa2``) and chapter 20 "What
+the backward pass costs" (``backward_traffic``, ``backward_traffic_fa2``).
 
 A product of an (a x b) and a (b x c) matrix does a b c multiply-adds,
 2 a b c FLOPs. It must at least read both factors and write the result:
@@ -46,6 +47,8 @@ __all__ = [
     "compute_bound_batch",
     "attention_traffic",
     "attention_traffic_fa2",
+    "backward_traffic",
+    "backward_traffic_fa2",
     "training_flops",
     "training_days",
     "measure_rates",
@@ -319,6 +322,69 @@ def attention_traffic_fa2(n: int, d_k: int, sram_values: int) -> int:
     block_queries = math.ceil(M / (4 * d_k))
     query_blocks = math.ceil(n / block_queries)
     return 2 * n * d_k + n + query_blocks * 2 * n * d_k
+
+
+def _key_blocks(n: int, d_k: int, sram_values: int) -> int:
+    """T_c = ceil(n / B_c), blocks of B_c = ceil(M / 4 d_k) keys."""
+    M = checks.positive_int(sram_values, "sram_values")
+    if M < 4 * d_k:
+        raise ValueError(f"on-chip memory of {M} numbers cannot hold a block "
+                         f"of one key, value and their gradients' rows of "
+                         f"width d_k = {d_k}")
+    return math.ceil(n / math.ceil(M / (4 * d_k)))
+
+
+def backward_traffic(n: int, d_k: int, sram_values: int | None = None
+                     ) -> int:
+    """Numbers moved between main memory and the chip by one head's backward.
+
+    Book: chapter 20, after Dao et al. (2022), Appendix B.4 (their N and
+    d; their P, dP, dS are the book's S, dS, dZ). ``sram_values=None``:
+    the standard backward pass (their Algorithm 3), given S from the
+    forward: read S and dH, write dV; read dH and V, write dS; read S and
+    dS, write dZ; read dZ and K, write dQ; read dZ and Q, write dK:
+    8 n d_k + 7 n^2 numbers, Theta(n d_k + n^2) (their Theorem 5).
+
+    ``sram_values=M``: FlashAttention's backward pass (their Algorithm 4;
+    key blocks outside, as in FlashAttention-2). dQ, dK, dV are first
+    written as zeros (3 n d_k); blocks of B_c = ceil(M / 4 d_k) keys and
+    values are read once (2 n d_k); for each of the T_c = ceil(n / B_c) key
+    blocks every query block reads Q, H, dH and dQ and the row statistics
+    l and m, and writes dQ back (5 n d_k + 2 n); dK and dV are written
+    once (2 n d_k). Theta(n^2 d_k^2 / M): S, dS and dZ never leave the
+    chip. As n grows the ratio of the two counts tends to 7 M / (20 d_k^2).
+    """
+    n = checks.positive_int(n, "n")
+    d_k = checks.positive_int(d_k, "d_k")
+    if sram_values is None:
+        return 8 * n * d_k + 7 * n * n
+    key_blocks = _key_blocks(n, d_k, sram_values)
+    return 7 * n * d_k + key_blocks * (5 * n * d_k + 2 * n)
+
+
+def backward_traffic_fa2(n: int, d_k: int, sram_values: int, *,
+                         read_output: bool = False) -> int:
+    """Numbers moved by one head's backward pass in FlashAttention-2's order.
+
+    Book: chapter 20, after Dao (2024), Algorithm 2 (backward pass): the
+    loop order of FlashAttention-1's backward, key blocks outside. dQ is
+    first written as zeros (n d_k); Delta = rowsum(dH * H) is computed once,
+    reading dH and H and writing Delta (2 n d_k + n); blocks of B_c keys
+    and values are read once (2 n d_k); for each of the T_c key blocks
+    every query block reads Q, dH, dQ, the log-sum-exp lambda and Delta
+    and writes dQ back (4 n d_k + 2 n); dK and dV are written once
+    (2 n d_k). Line 9 of the algorithm also loads the output block, which
+    nothing after line 4 reads; ``read_output=True`` counts it
+    (n d_k more per key block). The paper tunes B_c; here, as in
+    ``backward_traffic``, B_c = ceil(M / 4 d_k). As n grows the ratio to
+    the standard count tends to 7 M / (16 d_k^2) (7 M / (20 d_k^2) with
+    ``read_output``).
+    """
+    n = checks.positive_int(n, "n")
+    d_k = checks.positive_int(d_k, "d_k")
+    key_blocks = _key_blocks(n, d_k, sram_values)
+    per_block = (5 if read_output else 4) * n * d_k + 2 * n
+    return 7 * n * d_k + n + key_blocks * per_block
 
 
 def training_flops(params: float, tokens: float) -> float:

@@ -510,3 +510,105 @@ def test_kv_cache_growth_draws_caches_weights_and_capacity():
         plots.kv_cache_growth({"a": (n, 0 * n)})
     with pytest.raises(ValueError, match="capacity must be positive"):
         plots.kv_cache_growth(curves, capacity=("device", 0))
+
+
+# --- chapter 20: what the backward pass keeps -------------------------------------------------
+
+GPT2, GPT3 = models.PRESETS["gpt2-small"], models.PRESETS["gpt3-175b"]
+
+
+@pytest.mark.parametrize("cfg", [GPT2, GPT3, TransformerConfig(3, 35, 5, 23, 13, 19)])
+def test_backward_activations_are_the_inputs_of_every_step(cfg):
+    n, d, f = cfg.context_length, cfg.d_model, cfg.d_ff
+    kept = counting.backward_activations(cfg, n)
+    assert len(kept) == 11 and sum(kept.values()) == 8 * d + 2 * f + cfg.heads * n
+    assert kept["S (h rows of n weights)"] == cfg.heads * n
+    # 2 bytes a number, as Korthikanti et al. count activations
+    assert counting.activation_bytes(cfg, n, 2, "none") == 2 * (8 * d + 2 * f + cfg.heads * n)
+    assert counting.activation_bytes(cfg, n, 2, "book") == 2 * (8 * d + f)
+    assert counting.activation_bytes(cfg, n, 2, "full") == 2 * d
+    assert counting.activation_bytes(cfg, n, 8, "book") == 4 * counting.activation_bytes(
+        cfg, n, 2, "book")
+
+
+def test_the_book_level_is_what_the_layer_backward_keeps():
+    """grad's layer cache holds X, Q, K, V and Concat; loss_and_grads keeps beside it the
+    block's input, X' and LN_2(X') (d_model each) and U (d_ff): S and G are recomputed."""
+    from mha_lit import grad
+    cfg = TransformerConfig(1, 6, 2, 13, 11, 7)  # d_k = 3
+    dims = Dims(tokens=7, d_model=6, d_k=3, d_v=3, heads=2)
+    _, cache = grad._layer_forward(np.zeros((1, 7, 6)), init_weights(dims), True)
+    per_token = sum(getattr(cache, f.name).size for f in dataclasses.fields(cache)) // 7
+    assert per_token == 6 + 4 * 2 * 3  # LN_1(X), Q, K, V, Concat
+    assert counting.activation_bytes(cfg, 7, 1, "book") == per_token + 3 * 6 + 13
+
+
+@pytest.mark.parametrize("cfg", [GPT2, GPT3])
+def test_korthikantis_formula_and_what_the_book_keeps_differ_by_named_arrays(cfg):
+    s, h, a = cfg.context_length, cfg.d_model, cfg.heads
+    paper = {r: counting.published_activation_bytes(cfg, s, 1, r)
+             for r in ("none", "selective", "full")}
+    ours = {r: counting.activation_bytes(cfg, s, 2, r) * s for r in counting.RECOMPUTE}
+    assert paper["none"] == s * h * 34 + 5 * a * s * s  # sbh (34 + 5 a s / h), b = 1
+    # theirs adds two 1-byte dropout masks of s h (attention and MLP outputs), the 1-byte
+    # mask of the a s^2 weights and the 16-bit dropped-out weights (2 a s^2)
+    assert paper["none"] - ours["none"] == 2 * s * h + 3 * a * s * s
+    # selective: they keep GELU's output (2 x 4 h per token) and the two masks;
+    # the book recomputes G from U
+    assert paper["selective"] - ours["book"] == 2 * s * h + 8 * s * h
+    assert paper["full"] == ours["full"] == 2 * s * h
+    # a batch of b sequences: b times one
+    assert counting.published_activation_bytes(cfg, s, 3) == 3 * paper["none"]
+
+
+def test_training_state_is_sixteen_bytes_per_parameter():
+    for cfg in (GPT2, GPT3, models.MODELS["llama2-70b"].config):
+        state = counting.training_state_bytes(cfg)
+        assert sum(state.values()) == 16 * counting.param_count(cfg)
+        assert state["weights (16-bit)"] == state["gradients (16-bit)"]
+    # Rajbhandari et al. 2020: GPT-2 with 1.5B parameters needs at least 24 GB
+    assert 24e9 < sum(counting.training_state_bytes(models.PRESETS["gpt2-xl"]).values()) < 25e9
+
+
+def test_activation_counts_refuse_bad_arguments():
+    with pytest.raises(ValueError, match=r"recompute must be one of \('none', 'book', 'full'\)"):
+        counting.activation_bytes(GPT2, 1024, 2, "selective")
+    with pytest.raises(ValueError, match="recompute must be one of .*'selective'"):
+        counting.published_activation_bytes(GPT2, 1024, 1, "book")
+    with pytest.raises(ValueError, match="bytes_per_value must be positive"):
+        counting.activation_bytes(GPT2, 1024, 0)
+    with pytest.raises(ValueError, match="tokens must be a positive integer"):
+        counting.backward_activations(GPT2, 0)
+    with pytest.raises(TypeError, match="needs a TransformerConfig"):
+        counting.activation_bytes(models.MODELS["llama2-70b"].config, 1024)
+
+
+def test_training_memory_bars_stack_each_part_and_keep_its_colour():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from test_plots import SMALLEST_TEXT_PT, _text_below
+
+    from mha_lit import plots
+    budgets = {"a": {"one": {"x": 1e9, "y": 2e9}, "two": {"x": 1e9, "z": 5e8}},
+               "b": {"one": {"y": 3e11}}}
+    fig = plots.training_memory_bars(budgets, capacity=("device", 8e10))
+    rects = {r.get_gid(): r for ax in fig.axes for r in ax.patches if r.get_gid()}
+    assert set(rects) == {"a:one:x", "a:one:y", "a:two:x", "a:two:z", "b:one:y"}
+    assert rects["a:one:y"].get_x() == pytest.approx(1.0)  # stacked after x, in GB
+    assert rects["a:one:y"].get_width() == pytest.approx(2.0)
+    assert rects["a:one:y"].get_facecolor() == rects["b:one:y"].get_facecolor()
+    assert rects["a:one:x"].get_facecolor() != rects["a:one:y"].get_facecolor()
+    texts = [t.get_text().strip() for t in fig.axes[0].texts]
+    assert texts == ["3 GB", "1.5 GB"]
+    assert [t.get_text().strip() for t in fig.axes[1].texts] == ["300 GB"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["x", "y", "z", "device"]
+    assert _text_below(fig, SMALLEST_TEXT_PT) == []
+    plt.close(fig)
+    with pytest.raises(ValueError, match="sizes must be >= 0"):
+        plots.training_memory_bars({"a": {"one": {"x": -1.0}}})
+    with pytest.raises(ValueError, match="has no bar"):
+        plots.training_memory_bars({"a": {}})
+    with pytest.raises(ValueError, match="capacity must be positive"):
+        plots.training_memory_bars(budgets, capacity=("device", 0))

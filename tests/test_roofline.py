@@ -289,3 +289,88 @@ def test_roofline_plot_draws_each_roof_as_min_of_peak_and_intensity_times_bandwi
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+# --- chapter 20: the backward pass's traffic -------------------------------------------------
+
+def _tally_backward(n, d, M, version, read_output=False):
+    """Walk the loops of Dao et al. (2022) Algorithm 4 or Dao (2023) Algorithm 2, block by
+    block, adding up the numbers each line moves between HBM and the chip."""
+    Bc = math.ceil(M / (4 * d))
+    Br = min(Bc, d)  # the query blocks' size does not change the totals
+    moved = 3 * n * d if version == 1 else n * d + 2 * n * d + n  # zeros; FA-2: Delta
+    for c0 in range(0, n, Bc):
+        moved += 2 * d * (min(c0 + Bc, n) - c0)  # K_j, V_j
+        for r0 in range(0, n, Br):
+            rows = min(r0 + Br, n) - r0
+            per_row = (4 if version == 1 or read_output else 3) * d + 2  # Q, (O,) dO, dQ; 2 stats
+            moved += rows * (per_row + d)  # ... and dQ_i written back
+        moved += 2 * d * (min(c0 + Bc, n) - c0)  # dK_j, dV_j written
+    return moved
+
+
+@pytest.mark.parametrize("n, d, M", [(2048, 128, 116_736), (1024, 64, 100_000), (300, 16, 64),
+                                     (7, 5, 20), (1031, 97, 3 * 97 * 4 + 1)])
+def test_backward_traffic_is_the_algorithms_tally(n, d, M):
+    assert roofline.backward_traffic(n, d, M) == _tally_backward(n, d, M, 1)
+    assert roofline.backward_traffic_fa2(n, d, M) == _tally_backward(n, d, M, 2)
+    assert roofline.backward_traffic_fa2(n, d, M, read_output=True) == _tally_backward(
+        n, d, M, 2, read_output=True)
+
+
+def test_standard_backward_moves_five_n_by_n_matrices_seven_times():
+    """Algorithm 3: S read twice, dS written and read, dZ written and read twice: 7 n^2;
+    dH twice, V, K, Q read and dV, dQ, dK written: 8 n d."""
+    for n, d in ((1, 1), (3, 7), (1024, 64), (2048, 128)):
+        assert roofline.backward_traffic(n, d) == 8 * n * d + 7 * n * n
+    # forward and backward of the standard computation: 12 n d + 11 n^2
+    assert roofline.attention_traffic(5, 3) + roofline.backward_traffic(5, 3) == 12 * 15 + 11 * 25
+
+
+def test_tiled_backward_traffic_grows_as_n_squared_d_squared_over_m():
+    n, d, M = 2048, 128, 116_736
+    fa1, fa2 = roofline.backward_traffic(n, d, M), roofline.backward_traffic_fa2(n, d, M)
+    # read as written, Algorithm 2 moves what Algorithm 4 does, and Delta once: n more
+    assert fa2 < roofline.backward_traffic_fa2(n, d, M, read_output=True) == fa1 + n
+    assert fa1 < roofline.backward_traffic(n, d)
+    assert 3.5 < roofline.backward_traffic(2 * n, d, M) / fa1 < 4.1
+    assert roofline.backward_traffic(n, d, 4 * M) < fa1
+    long = 2**22
+    plain = roofline.backward_traffic(long, d)
+    assert abs(plain / roofline.backward_traffic(long, d, M) / (7 * M / (20 * d * d)) - 1) < 0.05
+    assert abs(plain / roofline.backward_traffic_fa2(long, d, M) / (7 * M / (16 * d * d)) - 1
+               ) < 0.05
+    # one key block (B_c >= n): every array crosses once or twice, nothing n x n
+    assert roofline.backward_traffic_fa2(10, 4, 4 * 4 * 10) == 7 * 40 + 10 + 4 * 40 + 20
+    with pytest.raises(ValueError, match="cannot hold"):
+        roofline.backward_traffic(n, d, 4 * d - 1)
+    with pytest.raises(ValueError, match="cannot hold"):
+        roofline.backward_traffic_fa2(n, d, 100)
+    with pytest.raises(TypeError, match="sram_values must be a positive integer"):
+        roofline.backward_traffic_fa2(n, d, 1e6)
+    with pytest.raises(ValueError, match="n must be a positive integer"):
+        roofline.backward_traffic(0, d)
+
+
+def test_traffic_curves_one_colour_per_label_dashed_forward():
+    import matplotlib.pyplot as plt
+    from test_plots import SMALLEST_TEXT_PT, _text_below
+    n = np.array([128, 256, 512])
+    panels = {"p": {"forward, x": (n, n * 3.0), "backward, x": (n, n * 5.0)},
+              "q": {"backward, x": (n, n * 7.0)}}
+    fig = plots.traffic_curves(panels)
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines}
+    assert set(lines) == {"p:forward, x", "p:backward, x", "q:backward, x"}
+    assert np.array_equal(lines["q:backward, x"].get_ydata(), n * 7.0)
+    assert lines["p:forward, x"].get_linestyle() == "--"
+    assert lines["p:backward, x"].get_linestyle() == "-"
+    assert lines["p:backward, x"].get_color() == lines["q:backward, x"].get_color()
+    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in fig.axes)
+    assert _text_below(fig, SMALLEST_TEXT_PT) == []
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"shapes \(3,\) and \(2,\)"):
+        plots.traffic_curves({"p": {"a": (n, n[:2])}})
+    with pytest.raises(ValueError, match="log axes need positive"):
+        plots.traffic_curves({"p": {"a": (n, 0 * n)}})
+    with pytest.raises(ValueError, match="at least one panel"):
+        plots.traffic_curves({})
