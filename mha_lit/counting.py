@@ -396,21 +396,23 @@ def backward_activations(cfg: TransformerConfig, tokens: int
     input. The block is GPT-2's (chapter 8): X' = X + MHA(LN_1(X)), then
     X' + FFN(LN_2(X')), with U = LN_2(X') W_1 + b_1 and G = GELU(U); each
     query row of S holds the ``tokens`` = n keys of the sequence (the
-    masked ones included, as the book's kernel computes them).
+    masked ones included, as the book's kernel computes them). V and
+    Concat count h d_k numbers: a TransformerConfig's heads have
+    d_v = d_k = d_model / heads.
     """
     c = check_config(cfg, TransformerConfig, "backward_activations")
     n = checks.positive_int(tokens, "tokens")
     d, h, d_k, f = c.d_model, c.heads, c.d_k, c.d_ff
     return {
         _LAYER_INPUT: d,
-        "LN_1(X) (input of X W_Q, X W_K, X W_V)": d,
+        "LN_1(X) (input of the products with W_Q, W_K, W_V)": d,
         "Q": h * d_k,
         "K": h * d_k,
         "V": h * d_k,
         "S (h rows of n weights)": h * n,
         "Concat (input of Concat W_O)": h * d_k,
         "X' (input of layer norm 2)": d,
-        "LN_2(X') (input of X W_1)": d,
+        "LN_2(X') (input of the product with W_1)": d,
         "U = LN_2(X') W_1 + b_1 (input of GELU)": f,
         "G = GELU(U) (input of G W_2)": f,
     }

@@ -2,10 +2,12 @@
 
 Book: chapter 20 "What the backward pass costs". The backward pass of
 chapter 19 (``grad.attention_backward``) builds the n x n weights S of
-every head. FlashAttention (Dao et al. 2022) never does: the forward pass
-keeps, beside its output H, one number per query row, the log-sum-exp
+every head. FlashAttention (Dao et al. 2022) never does: its forward pass
+keeps, beside its output H, two numbers per query row, the online
+softmax's maximum m and sum l. FlashAttention-2 (Dao 2024), which this
+module follows, keeps one instead, the log-sum-exp
 
-    lambda_t = log sum_u exp(Z_tu)        (FlashAttention-2's L)
+    lambda_t = m_t + log l_t = log sum_u exp(Z_tu)      (its L_i)
 
 of the row's masked scores Z = scale Q K^T, so that the backward pass can
 recompute any block of weights as S = exp(Z - lambda) from a block of Q
@@ -89,7 +91,8 @@ def flash_backward(Q, K, V, O, dO, lse, causal: bool = True, *,
     (.., n). FlashAttention-2's Algorithm 2: Delta = rowsum(dO * O) once;
     then for each block of keys, every query block that meets it
     recomputes its scores and S = exp(Z - lambda), adds S^T dO to dV and
-    dZ^T Q to dK (kept for the key block) and dZ K to its rows of dQ.
+    dZ^T Q scale to dK (kept for the key block) and dZ K scale to its
+    rows of dQ.
     """
     Q, K, V, scale = _operands(Q, K, V, scale)
     O, dO, lse = _saved(Q, V, O, dO, lse)

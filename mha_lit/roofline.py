@@ -352,7 +352,8 @@ def backward_traffic(n: int, d_k: int, sram_values: int | None = None
     blocks every query block reads Q, H, dH and dQ and the row statistics
     l and m, and writes dQ back (5 n d_k + 2 n); dK and dV are written
     once (2 n d_k). Theta(n^2 d_k^2 / M): S, dS and dZ never leave the
-    chip. As n grows the ratio of the two counts tends to 7 M / (20 d_k^2).
+    chip. As n grows the ratio of the two counts tends to
+    7 B_c / (5 d_k + 2), about 7 M / (20 d_k^2).
     """
     n = checks.positive_int(n, "n")
     d_k = checks.positive_int(d_k, "d_k")
@@ -377,8 +378,8 @@ def backward_traffic_fa2(n: int, d_k: int, sram_values: int, *,
     nothing after line 4 reads; ``read_output=True`` counts it
     (n d_k more per key block). The paper tunes B_c; here, as in
     ``backward_traffic``, B_c = ceil(M / 4 d_k). As n grows the ratio to
-    the standard count tends to 7 M / (16 d_k^2) (7 M / (20 d_k^2) with
-    ``read_output``).
+    the standard count tends to 7 B_c / (4 d_k + 2), about 7 M / (16 d_k^2)
+    (7 B_c / (5 d_k + 2), about 7 M / (20 d_k^2), with ``read_output``).
     """
     n = checks.positive_int(n, "n")
     d_k = checks.positive_int(d_k, "d_k")

@@ -340,6 +340,11 @@ def test_tiled_backward_traffic_grows_as_n_squared_d_squared_over_m():
     assert abs(plain / roofline.backward_traffic(long, d, M) / (7 * M / (20 * d * d)) - 1) < 0.05
     assert abs(plain / roofline.backward_traffic_fa2(long, d, M) / (7 * M / (16 * d * d)) - 1
                ) < 0.05
+    # the exact limits: 5 d + 2 (4 d + 2) numbers per query row and key block of B_c keys
+    b_c = -(-M // (4 * d))
+    assert abs(plain / roofline.backward_traffic(long, d, M) / (7 * b_c / (5 * d + 2)) - 1) < 1e-3
+    assert abs(plain / roofline.backward_traffic_fa2(long, d, M) / (7 * b_c / (4 * d + 2)) - 1
+               ) < 1e-3
     # one key block (B_c >= n): every array crosses once or twice, nothing n x n
     assert roofline.backward_traffic_fa2(10, 4, 4 * 4 * 10) == 7 * 40 + 10 + 4 * 40 + 20
     with pytest.raises(ValueError, match="cannot hold"):
