@@ -3,10 +3,10 @@
 Book: Part I, chapter 1 "A linear-algebra refresher" (matrix,
 product_entry), chapter 3 "Q, K, V" (qk_transpose). With the book's primes
 every entry of Q K^T is a sum of exactly 7 products, and a wrong shape
-fails loudly instead of broadcasting. Chapter 8 "GPT-2's block, exactly"
-opts in to bias symbols (bias_vectors, ``b`` of multi_head_output).
-Chapter 19 "The backward pass of attention" differentiates with them
-(pairing, gradient).
+fails loudly instead of broadcasting. Chapter 19 "The backward pass of
+attention" differentiates with them (pairing, gradient) and opts in to
+symbols for the biases of chapter 8 "GPT-2's block, exactly"
+(bias_vectors, ``b`` of multi_head_output).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def weight_matrices(dims: Dims | None = None) -> tuple[sp.Matrix, ...]:
 def bias_vectors(dims: Dims | None = None) -> tuple[sp.Matrix, ...]:
     """b = (b_Q1, b_K1, b_V1, ..., b_Qh, b_Kh, b_Vh, b_O) as symbol rows.
 
-    Book: chapter 8, "GPT-2's block, exactly". Ordered like
+    Book: chapter 19 (the biases of chapter 8). Ordered like
     ``weight_matrices``; each is a 1 x width Matrix (1 x d_k, 1 x d_v, and
     1 x d_model for b_O) with entries named like ``b^{Q1}_{3}``.
     """
