@@ -453,9 +453,9 @@ def published_activation_bytes(cfg: TransformerConfig, tokens: int,
     b (batch), h (d_model), a (heads): s b h (34 + 5 a s / h) bytes, for
     16-bit activations and 1-byte dropout masks, no parallelism.
     ``recompute``: "none"; "selective", their selective recomputation of
-    the attention's softmax and dropout, 34 s b h; "full", their full
-    recomputation, 2 s b h (the layer's input). The formula is the
-    paper's; the sizes are ``cfg``'s.
+    the attention's Q K^T, softmax, dropout and product with V, 34 s b h;
+    "full", their full recomputation, 2 s b h (the layer's input). The
+    formula is the paper's; the sizes are ``cfg``'s.
     """
     c = check_config(cfg, TransformerConfig, "published_activation_bytes")
     s = checks.positive_int(tokens, "tokens")

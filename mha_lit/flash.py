@@ -21,8 +21,11 @@ Algorithm 1, takes query blocks outside and key blocks inside, with chapter
 12's online softmax; the backward, its Algorithm 2, takes key blocks
 outside, accumulates a key block's dK and dV while every query block
 passes, and adds each query block's share to dQ. Causal blocks above the
-diagonal are never visited. Nothing n x n is ever built; the largest
-temporary holds one block of scores.
+diagonal are never visited. Nothing n x n is ever built: the loops make
+arrays of one block's size (scores and weights, and their gradients,
+b x c per head; blocks of b or c rows: the scaled queries and the running
+sum of H forward, and of dQ, dK, dV backward), and the rest (H, lambda,
+Delta and the gradients themselves) have n rows.
 
 Letters in shape comments (see ``mha_lit.shapes``): n tokens, d_k, d_v,
 b query rows in a block (the paper's B_r), c keys in a block (B_c).
