@@ -166,7 +166,8 @@ def multi_head_attention_backward(X, W: Weights, dY, causal: bool = True):
     holding dW_Q, dW_K, dW_V, dW_O and, where W has biases, their
     gradients (None where W has none). With grouped key/value heads
     (chapter 14) a K/V head's gradient sums those of its g query heads.
-    Computed in float64 or the wider of X's and W's dtypes.
+    Computed in the widest of X's, dY's and W's float dtypes (integer
+    inputs count as float64).
     """
     X = checks.input_rows(X, W)
     dY = checks.float_array(dY, "dY")
@@ -306,21 +307,38 @@ def _sequences(G: GPTWeights, tokens, targets):
     return t, y
 
 
-def gpt_loss(G: GPTWeights, tokens, targets) -> float:
+def _counted_rows(counted, shape: tuple[int, int]) -> np.ndarray:
+    """(N,) booleans: the positions a loss averages over (None: all)."""
+    if counted is None:
+        return np.ones(shape[0] * shape[1], bool)
+    c = np.asarray(counted)
+    if c.dtype != np.bool_ or c.shape not in (shape, shape[1:]):
+        raise ValueError(f"counted must be booleans of the tokens' shape "
+                         f"{shape} or ({shape[1]},), got {c.dtype} "
+                         f"{c.shape}")
+    if not c.any():
+        raise ValueError("counted must count at least one position")
+    return np.broadcast_to(c, shape).reshape(-1)
+
+
+def gpt_loss(G: GPTWeights, tokens, targets, counted=None) -> float:
     """The mean cross-entropy of ``gpt_forward``'s logits, one sequence at a
     time. Book: chapter 21; the reference that ``loss_and_grads`` is checked
-    against. tokens and targets (n,) or (B, n).
+    against. tokens and targets (n,) or (B, n); ``counted`` as there.
     """
     t, y = _sequences(G, tokens, targets)
+    rows = _counted_rows(counted, t.shape)  # (N,)
     logits = np.concatenate([gpt_forward(row, G) for row in t])  # (N, ..)
-    return cross_entropy(logits, y.reshape(-1))[0]
+    return cross_entropy(logits[rows], y.reshape(-1)[rows])[0]
 
 
-def loss_and_grads(G: GPTWeights, tokens, targets):
+def loss_and_grads(G: GPTWeights, tokens, targets, counted=None):
     """The mean cross-entropy loss of G on the targets, and its gradients.
 
     Book: chapter 21, "The whole GPT". tokens and targets (n,) ids, or a
-    batch (B, n); the loss is the mean over all positions. Returns
+    batch (B, n); the loss is the mean over all positions, or over those
+    where ``counted`` (booleans of the tokens' shape, or (n,) for every
+    sequence) is True; the others get no gradient. Returns
     (loss, dG), dG a GPTWeights of the gradients of every array of G
     (attention biases only where G's blocks have them). The forward pass
     is ``gpt_forward``'s (pre-LN blocks, tied output layer), batched, and
@@ -329,6 +347,7 @@ def loss_and_grads(G: GPTWeights, tokens, targets):
     t, y = _sequences(G, tokens, targets)
     B, n = t.shape
     N, d = B * n, G.d_model
+    rows = _counted_rows(counted, (B, n))  # (N,) positions in the mean
     X = G.E[t] + G.P[:n]  # (B, n, d_model)
     kept = []
     for block in G.blocks:  # X' = X + MHA(LN_1(X)), X'' = X' + FFN(LN_2(X'))
@@ -342,7 +361,9 @@ def loss_and_grads(G: GPTWeights, tokens, targets):
         X = X_mid + (gelu_values(U) @ block.W_2 + block.b_2).reshape(X.shape)
     x_f = layer_norm_rows(X.reshape(N, d), G.gamma_f, G.beta_f)  # (N, d)
     logits = x_f @ G.E.T  # (N, d_model) @ (d_model, n_vocab)
-    loss, dlogits = cross_entropy(logits, y.reshape(N))
+    loss, d_counted = cross_entropy(logits[rows], y.reshape(N)[rows])
+    dlogits = np.zeros_like(logits)  # (N, n_vocab): 0 where not counted
+    dlogits[rows] = d_counted
 
     dE = dlogits.T @ x_f  # (n_vocab, N) @ (N, d): the output layer's use
     dx_f = dlogits @ G.E  # (N, n_vocab) @ (n_vocab, d_model)
