@@ -32,6 +32,7 @@ from . import (
     roofline,
     rope,
     trace,
+    train,
     variants,
 )
 from .attention import (
@@ -103,6 +104,7 @@ __all__ = [
     "latent",
     "grad",
     "flash",
+    "train",
     "masks",
     "models",
     "trace",

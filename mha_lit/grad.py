@@ -230,7 +230,7 @@ def gelu_backward(x, dY):
 
 
 def _gelu_backward(x, dY):
-    t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))  # shape of x
+    t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))  # x's shape
     slope = (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI
              * (1 + 3 * 0.044715 * x * x))  # GELU'(x)
     return dY * slope

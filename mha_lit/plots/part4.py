@@ -9,7 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt  # noqa: F401
 import numpy as np  # noqa: F401
 
-from ._style import annotate
+from ._style import HIGHLIGHT, annotate
 
 # --- chapter 19: the backward pass of attention ---
 
@@ -192,6 +192,90 @@ def traffic_curves(panels) -> plt.Figure:
     return fig
 
 # --- chapter 21: a model that learns ---
+
+
+def training_loss(losses, vocab_size: int, window: int = 50) -> plt.Figure:
+    """The loss of each training step, and its running mean.
+
+    Book: Part IV, chapter 21 "A model that learns", "Training with Adam".
+    ``losses`` holds one loss per step (at least ``window``); the thin
+    grey line (gid "step") is each step's, the dark one (gid "mean") the
+    mean of the last ``window`` steps, and the dashed line (gid "guess")
+    ln(vocab_size), the loss of a uniform guess over the vocabulary.
+    Log scale; returns the Figure.
+    """
+    losses = np.asarray(losses, dtype=float)
+    if losses.ndim != 1 or len(losses) < window or window < 1:
+        raise ValueError(f"losses must be one loss per step, at least "
+                         f"window = {window} of them; got shape "
+                         f"{losses.shape}")
+    if not (np.isfinite(losses).all() and (losses > 0).all()):
+        raise ValueError("every loss must be finite and positive (the "
+                         "axis is logarithmic)")
+    steps = np.arange(1, len(losses) + 1)
+    mean = np.convolve(losses, np.ones(window) / window, mode="valid")
+    guess = np.log(vocab_size)
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    ax.plot(steps, losses, color="0.75", lw=0.6, gid="step",
+            label="one step's batch")
+    ax.plot(steps[window - 1:], mean, color="C0", lw=1.8, gid="mean",
+            label=f"mean of the last {window} steps")
+    ax.axhline(guess, color="0.3", ls="--", lw=1, gid="guess",
+               label=f"uniform guess: ln {vocab_size} = {guess:.2f}")
+    ax.set_yscale("log")
+    ax.set_xlabel("training step", fontsize=10)
+    ax.set_ylabel("loss (mean cross-entropy)", fontsize=10)
+    ax.tick_params(labelsize=9)
+    ax.legend(fontsize=9, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def learned_attention(maps, tokens, marks, titles) -> plt.Figure:
+    """Attention weights of a trained model, one panel per head.
+
+    Book: Part IV, chapter 21 "A model that learns", "The two heads".
+    ``maps`` (panels, n, n): each head's weights S on one sequence, rows
+    queries, columns keys; ``tokens`` the n token ids, written along both
+    axes with their positions; ``marks`` (panels, n, n) booleans, the
+    cells a panel outlines in the highlight colour (gid "mark"), such as
+    the previous token of every query; ``titles`` one per panel. Cells
+    above the diagonal, which the causal mask hides, are grey (gid
+    "masked"). Returns the Figure.
+    """
+    maps, marks = np.asarray(maps, dtype=float), np.asarray(marks)
+    if maps.ndim != 3 or maps.shape[1] != maps.shape[2] or (
+            marks.shape != maps.shape):
+        raise ValueError(f"maps must be (panels, n, n) and marks the same "
+                         f"shape; got {maps.shape} and {marks.shape}")
+    panels, n, _ = maps.shape
+    if len(tokens) != n or len(titles) != panels:
+        raise ValueError(f"{panels} panels of {n} x {n} need {n} tokens and "
+                         f"{panels} titles, got {len(tokens)} and "
+                         f"{len(titles)}")
+    labels = [f"{t}: {int(token)}" for t, token in enumerate(tokens)]
+    fig, axes = plt.subplots(1, panels, squeeze=False, layout="constrained",
+                             figsize=(4.6 * panels + 0.8, 4.9))
+    for ax, S, mark, title in zip(axes[0], maps, marks, titles,
+                                  strict=True):
+        image = ax.imshow(S, cmap="Blues", vmin=0, vmax=1)
+        for t, u in zip(*np.nonzero(np.triu(np.ones((n, n)), k=1)),
+                        strict=True):
+            ax.add_patch(plt.Rectangle((u - 0.5, t - 0.5), 1, 1,
+                                       facecolor="0.9", lw=0, gid="masked"))
+        for t, u in zip(*np.nonzero(mark), strict=True):
+            ax.add_patch(plt.Rectangle((u - 0.5, t - 0.5), 1, 1,
+                                       fill=False, edgecolor=HIGHLIGHT,
+                                       lw=1.6, gid="mark"))
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
+        ax.set_yticks(range(n), labels, fontsize=7)
+        ax.set_xlabel("key (position: token)", fontsize=9)
+        ax.set_ylabel("query (position: token)", fontsize=9)
+    bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    bar.ax.tick_params(labelsize=8)
+    bar.set_label("weight", fontsize=9)
+    return fig
 
 
 # every public figure function defined above, for ``from .part4 import *``
