@@ -343,7 +343,8 @@ def backward_traffic(n: int, d_k: int, sram_values: int | None = None
     the standard backward pass (their Algorithm 3), given S from the
     forward: read S and dH, write dV; read dH and V, write dS; read S and
     dS, write dZ; read dZ and K, write dQ; read dZ and Q, write dK:
-    8 n d_k + 7 n^2 numbers, Theta(n d_k + n^2) (their Theorem 5).
+    8 n d_k + 7 n^2 numbers by this count, Theta(n d_k + n^2) as their
+    Theorem 5 states (the paper gives the Theta bounds only).
 
     ``sram_values=M``: FlashAttention's backward pass (their Algorithm 4;
     key blocks outside, as in FlashAttention-2). dQ, dK, dV are first
@@ -373,12 +374,13 @@ def backward_traffic_fa2(n: int, d_k: int, sram_values: int, *,
     reading dH and H and writing Delta (2 n d_k + n); blocks of B_c keys
     and values are read once (2 n d_k); for each of the T_c key blocks
     every query block reads Q, dH, dQ, the log-sum-exp lambda and Delta
-    and writes dQ back (4 n d_k + 2 n); dK and dV are written once
+    and writes dQ back (4 n d_k + 2 n; the block of dQ, dQ_i, listed on
+    both line 9 and line 15, is counted once); dK and dV are written once
     (2 n d_k). Line 9 of the algorithm also loads the output block, which
-    nothing after line 4 reads; ``read_output=True`` counts it
-    (n d_k more per key block). The paper tunes B_c; here, as in
-    ``backward_traffic``, B_c = ceil(M / 4 d_k). As n grows the ratio to
-    the standard count tends to 7 B_c / (4 d_k + 2), about 7 M / (16 d_k^2)
+    nothing after line 4 reads; ``read_output=True`` counts it (n d_k more
+    per key block). The paper tunes B_c; here, as in ``backward_traffic``,
+    B_c = ceil(M / 4 d_k). As n grows the ratio to the standard count
+    tends to 7 B_c / (4 d_k + 2), about 7 M / (16 d_k^2)
     (7 B_c / (5 d_k + 2), about 7 M / (20 d_k^2), with ``read_output``).
     """
     n = checks.positive_int(n, "n")

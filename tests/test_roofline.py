@@ -303,7 +303,8 @@ def _tally_backward(n, d, M, version, read_output=False):
         moved += 2 * d * (min(c0 + Bc, n) - c0)  # K_j, V_j
         for r0 in range(0, n, Br):
             rows = min(r0 + Br, n) - r0
-            per_row = (4 if version == 1 or read_output else 3) * d + 2  # Q, (O,) dO, dQ; 2 stats
+            # Q, (O,) dO, dQ (FA-2 lists dQ_i on lines 9 and 15: read once); 2 stats
+            per_row = (4 if version == 1 or read_output else 3) * d + 2
             moved += rows * (per_row + d)  # ... and dQ_i written back
         moved += 2 * d * (min(c0 + Bc, n) - c0)  # dK_j, dV_j written
     return moved
@@ -330,7 +331,8 @@ def test_standard_backward_moves_five_n_by_n_matrices_seven_times():
 def test_tiled_backward_traffic_grows_as_n_squared_d_squared_over_m():
     n, d, M = 2048, 128, 116_736
     fa1, fa2 = roofline.backward_traffic(n, d, M), roofline.backward_traffic_fa2(n, d, M)
-    # read as written, Algorithm 2 moves what Algorithm 4 does, and Delta once: n more
+    # with line 9's output block, and dQ_i once (lines 9 and 15 both list it), Algorithm 2
+    # moves what Algorithm 4 does, and Delta once: n more
     assert fa2 < roofline.backward_traffic_fa2(n, d, M, read_output=True) == fa1 + n
     assert fa1 < roofline.backward_traffic(n, d)
     assert 3.5 < roofline.backward_traffic(2 * n, d, M) / fa1 < 4.1
