@@ -15,9 +15,9 @@ A fixed half length would leave a shortcut open: the token to predict
 would always stand half_length - 1 positions back, and a head attending
 by position alone could find it. So each training sequence repeats its
 first k tokens for a period k drawn between ``SHORTEST_PERIOD`` and
-half_length (``periodic_sequences``); the loss counts the positions whose
-current token occurred before, followed by the answer
-(``counted_positions``).
+half_length (``periodic_sequences``); the loss counts the positions
+t >= k, whose current token is a copy of the one k positions earlier,
+followed there by the answer (``counted_positions``).
 
 Letters in shape comments: B sequences, n positions (tokens), k a
 period, d_model, n_vocab vocabulary entries, L layers, h heads.
@@ -197,9 +197,10 @@ def adam_step(G: GPTWeights, dG: GPTWeights, state: AdamState,
 
 # --- training ------------------------------------------------------------
 
-# The trained model's sizes: the residual stream holds a token, the token
-# before it and a position; a head matches or copies one of n_vocab = 16
-# tokens, so d_k and d_v exceed 16. Primes, as elsewhere in the book.
+# The trained model's sizes: the residual stream has room for a direction
+# per word as the token (16) and as the token before it (16), and 11 more
+# for the position; a head matches or copies one of n_vocab = 16 tokens,
+# so d_k and d_v exceed 16. Primes, as elsewhere in the book.
 SIZES = Dims(d_model=43, d_k=19, d_v=23, heads=1)
 D_FF = 17
 SHORTEST_PERIOD = 4  # periods k = 4 .. half_length in training
@@ -210,14 +211,15 @@ BETA_V = 0.99  # Adam's decay of v (the paper's default: 0.999)
 
 
 def counted_positions(periods, length: int) -> np.ndarray:
-    """(B, length) booleans: True where a position's next token is a copy.
+    """(B, length) booleans: True at the positions t >= k_b of row b.
 
     Book: chapter 21, "A shortcut, closed". Input position t (from 0) of
-    a row of
-    period k predicts token t + 1, which repeats token t + 1 - k; that
-    needs t >= k, so that the current token t has been seen before, at
-    t - k, followed by the answer. Position k - 1 is not counted: its
-    next token starts the repeat, which nothing before it announces.
+    a row of period k predicts token t + 1, which repeats token
+    t + 1 - k. For t >= k the current token t is a copy of token t - k,
+    and the token after that copy is the answer. Position k - 1 is not
+    counted: its next token is a copy too, but no earlier copy of the
+    current token points to it; only the position and the range of
+    periods do.
     """
     k = np.asarray(periods)[:, None]  # (B, 1)
     return np.arange(length)[None, :] >= k  # (B, n)

@@ -72,10 +72,13 @@ def test_data_refusals_name_the_argument():
 
 
 @pytest.mark.parametrize("k, length", [(4, 15), (8, 15), (2, 5), (13, 29)])
-def test_counted_positions_are_those_whose_current_token_was_seen_with_its_successor(k, length):
+def test_counted_positions_are_those_whose_current_token_copies_one_a_period_back(k, length):
     counted = train.counted_positions(np.array([k]), length)[0]
+    assert counted.tolist() == [t >= k for t in range(length)]
     seq = train.periodic_sequences(np.random.default_rng(k), np.array([k]), 1000, length + 1)[0]
-    assert len(set(seq[:k])) == k  # 1000 ids: no repeats within a period here
+    assert all(seq[t] == seq[t - k] and seq[t + 1] == seq[t + 1 - k]
+               for t in range(length) if counted[t])
+    assert len(set(seq[:k])) == k  # 1000 ids: no chance repeats within a period here
     for t in range(length):  # counted: the current token occurred before, followed by the target
         earlier = [u for u in range(t) if seq[u] == seq[t]]
         assert counted[t] == bool(earlier)
