@@ -18,7 +18,8 @@ from .shapes import Dims
 
 __all__ = ["matrix", "qk_transpose", "product_entry", "causal_mask",
            "softmax", "weight_matrices", "bias_vectors", "multi_head_output",
-           "output_rows", "depends_on", "pairing", "gradient"]
+           "output_rows", "depends_on", "pairing", "gradient",
+           "gradient_matrix"]
 
 
 def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
@@ -30,6 +31,16 @@ def matrix(name: str, rows: int, cols: int) -> sp.Matrix:
     cols = positive_int(cols, f"the columns of matrix {name}")
     return sp.Matrix(rows, cols,
                      lambda i, j: sp.Symbol(f"{name}_{{{i + 1},{j + 1}}}"))
+
+
+def gradient_matrix(name: str, rows: int, cols: int) -> sp.Matrix:
+    """Symbols for any gradient dA: entries \\mathrm{d}name_{x,y}, from 1.
+
+    Book: chapter 19, "A gradient has the shape of its matrix". The
+    entries print with an upright d, as the book writes a gradient:
+    ``gradient_matrix("r", 3, 7)`` holds dr_{1,1} .. dr_{3,7}.
+    """
+    return matrix(r"\mathrm{d}" + name, rows, cols)
 
 
 def qk_transpose(dims: Dims | None = None) -> sp.Matrix:

@@ -215,3 +215,12 @@ def test_pairing_and_gradient_refuse_bad_input_naming_the_shapes():
     with pytest.raises(ValueError, match=r"entry \(1, 2\) of the 2 x 3 matrix is 2\*x_\{1,2\}"):
         symbolic.gradient(x[0, 0], sp.Matrix(2, 3, lambda i, j: 2 * x[i, j] if (i, j) == (0, 1)
                                              else x[i, j]))
+
+
+def test_gradient_matrix_names_its_entries_with_an_upright_d():
+    dR = symbolic.gradient_matrix("r", 3, 7)
+    assert dR.shape == (3, 7)
+    assert str(dR[2, 6]) == r"\mathrm{d}r_{3,7}"
+    assert sp.latex(dR[0, 0]) == r"\mathrm{d}r_{1,1}"
+    with pytest.raises(ValueError, match="rows"):
+        symbolic.gradient_matrix("r", 0, 7)
