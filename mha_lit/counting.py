@@ -390,15 +390,15 @@ def backward_activations(cfg: TransformerConfig, tokens: int
     """Numbers per token that one GPT layer's backward reads from its forward.
 
     Book: chapter 20, "What the backward pass keeps". A weight's gradient
-    needs the input of its product (dW = A^T dC), an input's gradient the
-    weight (not an activation); Q K^T needs Q and K, S V needs S and V;
-    softmax's backward needs S, GELU's its input U, a layer norm its
-    input. The block is GPT-2's (chapter 8): X' = X + MHA(LN_1(X)), then
-    X' + FFN(LN_2(X')), with U = LN_2(X') W_1 + b_1 and G = GELU(U); each
-    query row of S holds the ``tokens`` = n keys of the sequence (the
-    masked ones included, as the book's kernel computes them). V and
-    Concat count h d_k numbers: a TransformerConfig's heads have
-    d_v = d_k = d_model / heads.
+    needs the input of its product (for R = A W, dW = A^T dR), an input's
+    gradient the weight (not an activation); Q K^T needs Q and K, S V
+    needs S and V; softmax's backward needs S, GELU's its input U, a layer
+    norm its input. The block is GPT-2's (chapter 8):
+    X' = X + MHA(LN_1(X)), then X' + FFN(LN_2(X')), with
+    U = LN_2(X') W_1 + b_1 and G = GELU(U); each query row of S holds
+    the ``tokens`` = n keys of the sequence (the masked ones included, as
+    the book's kernel computes them). V and Concat count h d_k numbers: a
+    TransformerConfig's heads have d_v = d_k = d_model / heads.
     """
     c = check_config(cfg, TransformerConfig, "backward_activations")
     n = checks.positive_int(tokens, "tokens")
@@ -449,13 +449,14 @@ def published_activation_bytes(cfg: TransformerConfig, tokens: int,
                                recompute: str = "none") -> int:
     """Korthikanti et al. (2022)'s bytes of one layer's activations (data).
 
-    Book: chapter 20. Their equation (1), in their letters s (tokens),
-    b (batch), h (d_model), a (heads): s b h (34 + 5 a s / h) bytes, for
-    16-bit activations and 1-byte dropout masks, no parallelism.
-    ``recompute``: "none"; "selective", their selective recomputation of
-    the attention's Q K^T, softmax, dropout and product with V, 34 s b h;
-    "full", their full recomputation, 2 s b h (the layer's input). The
-    formula is the paper's; the sizes are ``cfg``'s.
+    Book: chapter 20. Their section 4.1 and equation (1), in their letters
+    s (tokens), b (batch), h (d_model), a (heads): s b h (34 + 5 a s / h)
+    bytes, for 16-bit activations and 1-byte dropout masks, no
+    parallelism. ``recompute``: "none"; "selective", their selective
+    recomputation of the attention's Q K^T, softmax, dropout and product
+    with V (their section 5, equation 6 and Table 2), 34 s b h; "full",
+    their full recomputation (section 5), 2 s b h (the layer's input).
+    The formula is the paper's; the sizes are ``cfg``'s.
     """
     c = check_config(cfg, TransformerConfig, "published_activation_bytes")
     s = checks.positive_int(tokens, "tokens")
