@@ -280,6 +280,21 @@ def rotary_base(base, W) -> float | None:
     return base
 
 
+def rope_scaling(rope_scaling, rope_base) -> dict | None:
+    """``rope_scaling`` checked (``rope.scaling_config``), or None.
+
+    Book: Part III, chapter 15, "Beyond the trained length". A rule rescales
+    RoPE's frequencies, so it needs ``rope_base``.
+    """
+    if rope_scaling is None:
+        return None
+    if rope_base is None:
+        raise ValueError("rope_scaling rescales rotary positions: it needs "
+                         "rope_base as well")
+    from .rope import scaling_config  # rope imports this module
+    return scaling_config(rope_scaling)
+
+
 def mask_sizes(n, m=None) -> tuple[int, int]:
     """(n, m): n >= 1 queries, the last n of m >= n positions (m = n if None).
 

@@ -181,14 +181,19 @@ def project_heads(X: np.ndarray, W: Weights):
     return Q_T, K_T, V_T
 
 
-def rotate_heads(A_T: np.ndarray, positions, rope_base: float) -> None:
+def rotate_heads(A_T: np.ndarray, positions, rope_base: float,
+                 rope_scaling=None, length=None) -> None:
     """Turn every head's rows of A_T (heads, d_k, n) by their positions.
 
     Book: Part III, chapter 15. In place, right after the projection and
     before any score: RoPE is a step before the kernel, not inside it.
+    A ``rope_scaling`` rule ("Beyond the trained length") changes the
+    frequencies (``rope.rotate_scaled``); ``length`` is the sequence
+    length a "dynamic" rule reads.
     """
-    A_T[...] = rope.rotate(A_T.transpose(0, 2, 1), positions,
-                           rope_base).transpose(0, 2, 1)  # (heads, d_k, n)
+    A_T[...] = rope.rotate_scaled(A_T.transpose(0, 2, 1), positions,
+                                  rope_base, rope_scaling, length=length
+                                  ).transpose(0, 2, 1)  # (heads, d_k, n)
 
 
 def output_projection(concat: np.ndarray, W: Weights) -> np.ndarray:
@@ -365,7 +370,7 @@ def causal_block_kinds(n: int, block: int | None = None) -> np.ndarray:
 
 def multi_head_attention(X, W: Weights, causal: bool = True, *,
                          key_mask=None, rope_base=None,
-                         window=None) -> np.ndarray:
+                         window=None, rope_scaling=None) -> np.ndarray:
     """Multi-head attention: X (n, d_model) -> Y (n, d_model), computed fast.
 
     Book: chapters 4 and 5; computed as chapter 12 ("Computing it
@@ -379,15 +384,19 @@ def multi_head_attention(X, W: Weights, causal: bool = True, *,
     Part III: grouped key/value heads (W.kv_heads < W.heads, chapter 14),
     ``rope_base`` for rotary positions (chapter 15; a token's position is
     the number of real tokens before it) and ``window`` for a sliding
-    window (chapter 16).
+    window (chapter 16). ``rope_scaling``, a dictionary as a released
+    ``config.json`` writes it, rescales the rotary frequencies as Hugging
+    Face's Llama attention does (chapter 15, "Beyond the trained length").
     """
     X = checks.input_rows(X, W)
     key_mask = checks.key_mask(key_mask, X.shape[:-1], of=f"X {X.shape}")
     rope_base = checks.rotary_base(rope_base, W)
+    rope_scaling = checks.rope_scaling(rope_scaling, rope_base)
     window = checks.window(window, causal)
     Y = multi_head_attention_fast(
         X.astype(np.result_type(X, W.dtype), copy=False), W, causal,
-        key_mask=key_mask, rope_base=rope_base, window=window)
+        key_mask=key_mask, rope_base=rope_base, window=window,
+        rope_scaling=rope_scaling)
     return Y.astype(X.dtype, copy=False)  # shape of X
 
 
@@ -395,7 +404,8 @@ def multi_head_attention_fast(X: np.ndarray, W: Weights,
                               causal: bool = True, *, key_mask=None,
                               rope_base=None, window=None,
                               block: int | None = None,
-                              tile: int | None = None) -> np.ndarray:
+                              tile: int | None = None,
+                              rope_scaling=None) -> np.ndarray:
     """Y = Concat(H_1, ..., H_h) W_O (+ b_O), computed fast. Book: ch. 12.
 
     X must already be checked and in the dtype to compute in (as
@@ -409,8 +419,10 @@ def multi_head_attention_fast(X: np.ndarray, W: Weights,
     # 0, 1, ... within each sequence
     positions = np.concatenate([np.arange(s1 - s0) for s0, s1 in spans])
     if rope_base is not None:  # chapter 15: turned before any score
-        rotate_heads(Q_T, positions, rope_base)
-        rotate_heads(K_T, positions, rope_base)
+        # a "dynamic" rule reads the longest sequence's length
+        length = max((s1 - s0 for s0, s1 in spans), default=0)
+        rotate_heads(Q_T, positions, rope_base, rope_scaling, length)
+        rotate_heads(K_T, positions, rope_base, rope_scaling, length)
     Q, K, V = (A.transpose(0, 2, 1) for A in (Q_T, K_T, V_T))  # (.., N, d)
     seen = masks.rule(causal, window)  # which keys a query sees
     concat = np.empty((len(rows), W.heads, W.d_v), rows.dtype)  # (N, h, d_v)

@@ -62,13 +62,19 @@ class KVCache:
     ``window`` w the buffers never hold more than w rows: the row of
     position p lives in slot p % w, a ring buffer (chapter 16); ``held``
     says how many rows are kept, ``len`` how many positions were seen.
+    ``rope_scaling`` rescales the rotary frequencies (chapter 15, "Beyond
+    the trained length"); under a "dynamic" rule the new rows are turned
+    with the frequencies of the length reached, while the keys already
+    cached keep theirs, as Hugging Face's cache keeps them: the result
+    then differs from ``multi_head_attention`` on the whole sequence.
     """
 
     def __init__(self, W: Weights, capacity: int = 16, *,
                  batch: int | None = None, rope_base=None,
-                 window: int | None = None):
+                 window: int | None = None, rope_scaling=None):
         self.W = checks.weights(W, "KVCache")
         self.rope_base = checks.rotary_base(rope_base, W)
+        self.rope_scaling = checks.rope_scaling(rope_scaling, rope_base)
         self.window = checks.window(window)
         self._seen = masks.rule(True, self.window)  # which keys a query sees
         capacity = checks.positive_int(capacity, "capacity")
@@ -291,8 +297,10 @@ class KVCache:
         Q_T, K_T, V_T = fast.project_heads(
             rows.astype(dtype, copy=False), self.W)  # (.., N) each
         if self.rope_base is not None:
-            fast.rotate_heads(Q_T, at, self.rope_base)
-            fast.rotate_heads(K_T, at, self.rope_base)
+            length = int(at.max()) + 1 if len(at) else 0  # for "dynamic"
+            for A_T in (Q_T, K_T):
+                fast.rotate_heads(A_T, at, self.rope_base,
+                                  self.rope_scaling, length)
         Q, K, V = (A.transpose(0, 2, 1) for A in (Q_T, K_T, V_T))  # (.., N, d)
         return {"Q": Q, "K": K, "V": V, "seq": seq, "at": at,
                 "counts": real.sum(axis=1), "dtype": dtype}
@@ -424,6 +432,8 @@ class KVCache:
                    else f", kv_heads={self.W.kv_heads}")
         extra = ("" if self.rope_base is None
                  else f", rope_base={self.rope_base:g}")
+        if self.rope_scaling is not None:
+            extra += f", rope_scaling={self.rope_scaling['rope_type']!r}"
         extra += "" if self.window is None else f", window={self.window}"
         return (f"KVCache({rows}, heads={self.W.heads}{grouped}, "
                 f"d_k={self.W.d_k}, d_v={self.W.d_v}{extra})")

@@ -70,27 +70,38 @@ def per_sequence(f, X, key_mask=None) -> np.ndarray:
 
 
 def reference(X, W: Weights, causal: bool = True, *, key_mask=None,
-              rope_base=None, window=None) -> np.ndarray:
+              rope_base=None, window=None,
+              rope_scaling=None) -> np.ndarray:
     """Multi-head attention with every variant, one head at a time.
 
     Book: chapters 8 and 14-16. X (n, d_model) or (B, n, d_model) -> Y of
     X's shape and floating dtype, computed in the wider of X's and W's.
     ``key_mask``: padded tokens (chapter 8); ``rope_base``: rotary
     positions 0, 1, ... of each sequence's real tokens (chapter 15);
-    ``window`` w: query t sees keys t - w + 1 .. t (chapter 16).
+    ``window`` w: query t sees keys t - w + 1 .. t (chapter 16);
+    ``rope_scaling``: a config.json rule for the rotary frequencies
+    (chapter 15, "Beyond the trained length"; a "dynamic" rule reads the
+    longest sequence's length, as Hugging Face reads its largest position).
     """
     X = checks.input_rows(X, W)
     key_mask = checks.key_mask(key_mask, X.shape[:-1], of=f"X {X.shape}")
     rope_base = checks.rotary_base(rope_base, W)
+    rope = (rope_base, checks.rope_scaling(rope_scaling, rope_base),
+            X.shape[-2] if key_mask is None else int(key_mask.sum(-1).max()))
     window = checks.window(window, causal)
     Xc = X.astype(np.result_type(X, W.dtype), copy=False)
-    Y = per_sequence(lambda x: _heads(x, repeat_kv(W), causal, rope_base,
+    Y = per_sequence(lambda x: _heads(x, repeat_kv(W), causal, rope,
                                       window), Xc, key_mask)
     return Y.astype(X.dtype, copy=False)
 
 
-def _heads(X, W: Weights, causal: bool, rope_base, window) -> np.ndarray:
-    """Y of one sequence X (n, d_model); W has as many K/V heads as Q."""
+def _heads(X, W: Weights, causal: bool, rotary, window) -> np.ndarray:
+    """Y of one sequence X (n, d_model); W has as many K/V heads as Q.
+
+    ``rotary``: (base or None, rope_scaling or None, the length a
+    "dynamic" rule reads).
+    """
+    rope_base, rope_scaling, length = rotary
     n = len(X)
     mask = (masks.band(n, window) if window is not None
             else masks.causal(n) if causal else None)  # (n, n) or None
@@ -102,8 +113,10 @@ def _heads(X, W: Weights, causal: bool, rope_base, window) -> np.ndarray:
         K = X @ W.W_K[i] + b_K[i]  # (n, d_k)
         V = X @ W.W_V[i] + b_V[i]  # (n, d_v)
         if rope_base is not None:  # turned by position, before the scores
-            Q = rope.rotate(Q, positions, rope_base)  # (n, d_k)
-            K = rope.rotate(K, positions, rope_base)  # (n, d_k)
+            Q = rope.rotate_scaled(Q, positions, rope_base, rope_scaling,
+                                   length=length)  # (n, d_k)
+            K = rope.rotate_scaled(K, positions, rope_base, rope_scaling,
+                                   length=length)  # (n, d_k)
         H.append(attention(Q, K, V, mask))  # (n, d_v)
     # (n, h*d_v) @ (h*d_v, d_model) -> (n, d_model)
     return np.concatenate(H, axis=1) @ W.W_O + W.bias("b_O")
