@@ -8,7 +8,9 @@ efficiently" (kv_cache_bytes) and Part III, chapter 18 "What the cache
 costs, model by model" (kv_values_per_token, kv_ratio_to_mha,
 decoder_param_breakdown, active_param_count, sequences_that_fit) and Part
 IV, chapter 20 "What the backward pass costs" (backward_activations,
-activation_bytes, published_activation_bytes, training_state_bytes). The
+activation_bytes, published_activation_bytes, training_state_bytes); at
+the end, Part III, chapter 16 "Sliding-window attention" (sink_tokens_held,
+stack_receptive_field, stack_tokens_held, stack_kv_cache_bytes). The
 sizes come from ``models``; ``trace`` checks the counts by recording the
 products as they happen.
 
@@ -25,6 +27,8 @@ Letters in shape comments and formulas (those of ``shapes`` and
     h_kv     key/value heads (chapter 14)            kv_heads
     d_c      width of MLA's cached latent (ch. 17)   LatentKV.d_c
     d_r      width of MLA's shared RoPE key          LatentKV.d_r
+    w        a sliding window, keys (chapter 16)     window
+    n_sink   first tokens kept (chapter 16)          sinks
     s        bytes per number (2 in bf16)            bytes_per_value
 
 Counting rules of ``matmul_count`` (chapter 10 states them in words):
@@ -51,8 +55,10 @@ from fractions import Fraction
 import numpy as np
 
 from . import checks
+from .masks import layer_kinds
 from .models import (
     DecoderConfig,
+    LocalGlobal,
     ModelSizes,
     TransformerConfig,
     check_config,
@@ -81,6 +87,10 @@ __all__ = [
     "activation_bytes",
     "published_activation_bytes",
     "training_state_bytes",
+    "sink_tokens_held",
+    "stack_receptive_field",
+    "stack_tokens_held",
+    "stack_kv_cache_bytes",
 ]
 
 
@@ -484,3 +494,65 @@ def training_state_bytes(cfg: ModelSizes) -> dict[str, int]:
             "Adam: weights (32-bit)": 4 * N,
             "Adam: first moment (32-bit)": 4 * N,
             "Adam: second moment (32-bit)": 4 * N}
+
+
+# --- Part III, chapter 16: attention sinks, local and global layers ---------
+
+
+def sink_tokens_held(tokens: int, window: int, sinks: int) -> int:
+    """Tokens a cache with attention sinks holds after n tokens.
+
+    Book: Part III, chapter 16, "Attention sinks". The first n_sink and
+    the last w: min(n, n_sink + w), every token while n <= n_sink + w
+    (the two runs meet or overlap).
+    """
+    n = checks.positive_int(tokens, "tokens")
+    w = checks.positive_int(window, "window")
+    k = checks.whole_number(sinks, "sinks")
+    return min(n, k + w)
+
+
+def stack_receptive_field(kinds, window: int, t: int) -> int:
+    """Input positions that output t (from 1) of a stack can depend on.
+
+    Book: Part III, chapter 16, "Local and global layers". A local layer
+    reaches w - 1 positions further back, a global layer back to the
+    first token: with a global layer anywhere in the stack, all t; with
+    L local layers only, min(t, L (w - 1) + 1) (equation
+    (eq-receptive-field)).
+    """
+    kinds = layer_kinds(kinds)
+    w = checks.positive_int(window, "window")
+    t = checks.positive_int(t, "t")
+    if "global" in kinds:
+        return t
+    return min(t, len(kinds) * (w - 1) + 1)
+
+
+def stack_tokens_held(kinds, window: int, tokens: int) -> list[int]:
+    """Tokens each layer's cache holds after n tokens, the first layer first.
+
+    Book: Part III, chapter 16, "Local and global layers". A local layer
+    keeps the last min(n, w) (its ring buffer), a global layer all n.
+    """
+    kinds = layer_kinds(kinds)
+    w = checks.positive_int(window, "window")
+    n = checks.positive_int(tokens, "tokens")
+    return [min(n, w) if kind == "local" else n for kind in kinds]
+
+
+def stack_kv_cache_bytes(model: LocalGlobal, tokens: int,
+                         bytes_per_value: int = 2) -> int:
+    """Bytes of one sequence's KV cache in a stack of local, global layers.
+
+    Book: Part III, chapter 16, "Local and global layers". Each layer keeps
+    a key and a value row per key/value head, 2 h_kv d_k numbers per token
+    it holds (``stack_tokens_held``), at ``bytes_per_value`` bytes each
+    (2: 16-bit).
+    """
+    if not isinstance(model, LocalGlobal):
+        raise TypeError("stack_kv_cache_bytes needs a LocalGlobal, got "
+                        f"{type(model).__name__}")
+    s = checks.positive_int(bytes_per_value, "bytes_per_value")
+    held = stack_tokens_held(model.kinds, model.window, tokens)
+    return sum(held) * 2 * model.kv_heads * model.d_k * s

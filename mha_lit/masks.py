@@ -1,7 +1,8 @@
 """Which keys each query may look at: the masks of attention, as booleans.
 
 Book: chapter 3 "Q, K, V" (the causal mask), Part III chapter 16
-"Sliding-window attention" (the band and its reach through layers).
+"Sliding-window attention" (the band and its reach through layers, the
+band with attention sinks, stacks of local and global layers).
 
 A mask is a boolean matrix (n, m), True where query t may look at key u:
 ``attention`` gives every False entry the score -inf, so its weight is
@@ -10,7 +11,8 @@ exp(-inf) = 0. Every mask in the package is made here, from the
 slots hold keys out of order, and the whole sequence all use one rule.
 
 Letters in shape comments (see ``mha_lit.shapes``): n queries, m keys,
-w the window (keys a query sees, itself included), L stacked layers.
+w the window (keys a query sees, itself included), L stacked layers,
+n_sink the first positions that every query sees (attention sinks).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import numpy as np
 
 from . import checks
 
-__all__ = ["visible", "causal", "band", "rule", "window_reach"]
+__all__ = ["visible", "causal", "band", "rule", "window_reach",
+           "sink_band", "LAYER_KINDS", "layer_kinds", "stack_reach"]
 
 
 def visible(query_positions, key_positions, window=None) -> np.ndarray:
@@ -89,4 +92,67 @@ def window_reach(n: int, window: int, layers: int = 1) -> np.ndarray:
     R = D
     for _ in range(layers - 1):
         R = (D @ R > 0).astype(np.int64)  # (n, n), one more layer below
+    return R.astype(bool)
+
+
+# --- Part III, chapter 16: attention sinks, local and global layers ---------
+
+
+def sink_band(n: int, window: int, sinks: int,
+              m: int | None = None) -> np.ndarray:
+    """The window with attention sinks (n, m): the first keys stay visible.
+
+    Book: Part III, chapter 16, "Attention sinks". Query t sees key u when
+    u <= t and (u < n_sink or t - u < w): the first ``sinks`` positions
+    and the last ``window`` ones, its own included (positions from 0; the
+    n queries are the last n of m positions, as in ``causal``). With
+    ``sinks`` = 0 it is ``band``.
+    """
+    n, m = checks.mask_sizes(n, m)
+    window = checks.positive_int(window, "window")
+    sinks = checks.whole_number(sinks, "sinks")
+    t, u = np.arange(m - n, m), np.arange(m)  # query and key positions
+    first = visible(t, u) & (u < sinks)  # (n, m): a sink, not later
+    return visible(t, u, window) | first  # (n, m)
+
+
+LAYER_KINDS = ("local", "global")  # a window of w keys; every earlier key
+
+
+def layer_kinds(kinds) -> tuple[str, ...]:
+    """``kinds`` as a tuple of "local" and "global", or an error naming it.
+
+    Book: Part III, chapter 16, "Local and global layers". One entry per
+    layer, the first layer first; at least one layer.
+    """
+    if isinstance(kinds, str):
+        raise TypeError(f"kinds must be a sequence of layer kinds, one "
+                        f"per layer, got the string {kinds!r}")
+    kinds = tuple(kinds)
+    if not kinds:
+        raise ValueError("kinds must name at least one layer, got none")
+    for i, kind in enumerate(kinds):
+        if kind not in LAYER_KINDS:
+            raise ValueError(f"kinds[{i}] must be 'local' or 'global', "
+                             f"got {kind!r}")
+    return kinds
+
+
+def stack_reach(n: int, kinds, window: int) -> np.ndarray:
+    """Which input rows reach which output rows through a stack of layers.
+
+    Book: Part III, chapter 16, "Local and global layers". Layer by layer,
+    the first first: a "local" layer's pattern is ``band(n, w)``, a
+    "global" layer's ``causal(n)``; L layers reach along chains of L
+    steps, composed as in ``window_reach`` (exact integers). (n, n)
+    booleans.
+    """
+    kinds = layer_kinds(kinds)
+    window = checks.positive_int(window, "window")
+    local = band(n, window).astype(np.int64)  # (n, n), checks n
+    full = causal(n).astype(np.int64)  # (n, n)
+    R = np.eye(n, dtype=np.int64)  # (n, n): no layer yet
+    for kind in kinds:
+        D = local if kind == "local" else full  # (n, n), this layer
+        R = (D @ R > 0).astype(np.int64)  # (n, n), one more layer on top
     return R.astype(bool)

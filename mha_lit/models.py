@@ -1,8 +1,10 @@
 """The sizes of whole models: GPT's, today's decoders', and published ones.
 
 Book: chapter 10 "Counting the multiplications" (TransformerConfig,
-PRESETS, PUBLISHED_PARAMS) and Part III, chapter 18 "What the cache costs,
-model by model" (DecoderConfig, LatentKV, MoE, PublishedModel, MODELS).
+PRESETS, PUBLISHED_PARAMS), Part III, chapter 16 "Sliding-window
+attention" (LocalGlobal, LOCAL_GLOBAL: stacks of local and global layers)
+and chapter 18 "What the cache costs, model by model" (DecoderConfig,
+LatentKV, MoE, PublishedModel, MODELS).
 This module holds sizes and published data only; ``counting`` computes
 from them.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .checks import groups, positive_int, whole_number
+from .masks import layer_kinds
 
 __all__ = [
     "ModelSizes",
@@ -38,6 +41,8 @@ __all__ = [
     "DecoderConfig",
     "PublishedModel",
     "MODELS",
+    "LocalGlobal",
+    "LOCAL_GLOBAL",
 ]
 
 
@@ -362,4 +367,76 @@ MODELS: dict[str, PublishedModel] = {
                       moe=MoE(n_routed=256, n_active=8, d_expert=2048,
                               n_shared=1, first_dense=3, router_bias=True)),
         671e9, "deepseek2024v3", active_params=37e9),
+}
+
+
+# --- Part III, chapter 16: stacks of local and global layers ----------------
+
+
+@dataclass(frozen=True)
+class LocalGlobal:
+    """The attention sizes of a stack of local and global layers (data).
+
+    Book: Part III, chapter 16, "Local and global layers". ``kinds`` has
+    one entry per layer, the first layer first: "local" (a sliding window
+    of ``window`` keys, the token's own included) or "global" (every
+    earlier key). Every layer has ``heads`` query heads and ``kv_heads``
+    key/value heads of width ``d_k``; ``context_length`` is the longest
+    sequence the model was trained on; ``source`` the key of the source
+    in the book's bibliography. Not a ``ModelSizes``: these models are not
+    in ``MODELS`` (chapter 18).
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    d_model: int
+    heads: int
+    kv_heads: int
+    d_k: int
+    window: int
+    context_length: int
+    source: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kinds", layer_kinds(self.kinds))
+        for name in ("d_model", "heads", "kv_heads", "d_k", "window",
+                     "context_length"):
+            object.__setattr__(self, name,
+                               positive_int(getattr(self, name), name))
+        groups(self.heads, self.kv_heads)
+
+    @property
+    def layers(self) -> int:
+        """L, the number of layers: one per entry of ``kinds``."""
+        return len(self.kinds)
+
+    def all_global(self) -> LocalGlobal:
+        """The same sizes with every layer global (no window anywhere)."""
+        return LocalGlobal(f"{self.name}, all global",
+                           ("global",) * self.layers, self.d_model,
+                           self.heads, self.kv_heads, self.d_k, self.window,
+                           self.context_length, self.source)
+
+
+def _gemma2(name: str, pairs: int, d_model: int, heads: int, kv_heads: int,
+            d_k: int) -> LocalGlobal:
+    # a local layer, then a global one, ``pairs`` times; window 4096, 8192
+    # positions
+    return LocalGlobal(name, ("local", "global") * pairs, d_model, heads,
+                       kv_heads, d_k, 4096, 8192, "gemma2024gemma2")
+
+
+# Published data. Gemma Team 2024 (arXiv:2408.00118): local sliding-window
+# and global attention alternate, a window of 4096 tokens and a global span
+# of 8192. The sizes as released: config.json of google/gemma-2-2b, -9b and
+# -27b (num_hidden_layers, hidden_size, num_attention_heads,
+# num_key_value_heads, head_dim; sliding_window 4096,
+# max_position_embeddings 8192), and Google's reference implementation
+# (gemma_pytorch, gemma/config.py: attn_types [LOCAL_SLIDING, GLOBAL] * 21
+# for 9B, * 23 for 27B). Hugging Face's Gemma2Config makes layer i (from
+# 0) "sliding_attention" when i is even: the first layer is local.
+LOCAL_GLOBAL: dict[str, LocalGlobal] = {
+    "gemma2-2b": _gemma2("Gemma 2 2B", 13, 2304, 8, 4, 256),
+    "gemma2-9b": _gemma2("Gemma 2 9B", 21, 3584, 16, 8, 256),
+    "gemma2-27b": _gemma2("Gemma 2 27B", 23, 4608, 32, 16, 128),
 }
