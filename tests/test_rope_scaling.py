@@ -269,3 +269,93 @@ def test_rotate_scaled_multiplies_by_the_root_of_the_factor():
     assert np.array_equal(rope.rotate_scaled(x, p, 1e4, None), rope.rotate(x, p))
     with pytest.raises(ValueError, match=r"positions of shape \(3,\)"):
         rope.rotate_scaled(x, np.arange(3), 1e4, YARN)
+
+
+# --- the figures of "Beyond the trained length" --------------------------------------------
+
+def _texts_below(fig, points=7):
+    """Visible texts of a drawn figure smaller than `points` (the book's smallest size)."""
+    import matplotlib.text
+
+    fig.canvas.draw()
+    return [(t.get_text(), t.get_fontsize()) for t in fig.findobj(matplotlib.text.Text)
+            if t.get_visible() and t.get_text().strip() and t.get_fontsize() < points]
+
+
+@pytest.mark.parametrize("d, base, L0, longer", [(128, 500_000.0, 8192, 32768),
+                                                 (16, 500.0, 16, None), (6, 10.0, 3, 50)])
+def test_rope_wavelengths_marks_the_planes_that_never_turned(d, base, L0, longer):
+    import matplotlib.pyplot as plt
+
+    from mha_lit import plots
+    fig = plots.rope_wavelengths(d, base, L0, longer=longer)
+    ax = fig.axes[0]
+    by_gid = {c.get_gid(): c.get_offsets() for c in ax.collections}
+    omega = base ** (-np.arange(0, d, 2) / d)  # the formula, not rope.frequencies
+    never = (L0 - 1) * omega < 2 * math.pi
+    j = np.arange(1, d // 2 + 1)
+    for gid, planes in (("never turned", never), ("turned", ~never)):
+        np.testing.assert_allclose(by_gid[gid], np.c_[j[planes], 2 * math.pi / omega[planes]],
+                                   rtol=1e-12)
+    lines = {ln.get_gid(): ln.get_ydata()[0] for ln in ax.lines}
+    assert lines["trained"] == L0
+    assert lines.get("longer") == longer
+    assert ax.get_yscale() == "log"
+    assert not _texts_below(fig)
+    plt.close(fig)
+
+
+def test_rope_wavelengths_counts_llama3s_29_planes():
+    import matplotlib.pyplot as plt
+
+    from mha_lit import plots
+    fig = plots.rope_wavelengths(128, 500_000.0, 8192)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("(29 planes)" in label for label in labels)
+    plt.close(fig)
+
+
+def test_rope_scaling_frequencies_draws_each_rule_against_hugging_faces():
+    import matplotlib.pyplot as plt
+
+    from mha_lit import plots
+    rules = {"llama3": LLAMA_SMALL, "yarn": DEEPSEEK_V3, "linear": LINEAR,
+             "dynamic": DYNAMIC}
+    d, base, n = 16, 500.0, 40
+    fig = plots.rope_scaling_frequencies(d, base, rules, length=n, trained_length=16)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == list(rules)
+    trained = 1.0 / base ** (np.arange(0, d, 2) / d)
+    for ax, rule in zip(panels, rules.values()):
+        lines = {ln.get_gid(): ln for ln in ax.lines}
+        np.testing.assert_allclose(lines["trained"].get_ydata(), trained, rtol=1e-14)
+        expect, _ = hf_inv_freq(d, base, rule, n)  # the transcription above
+        np.testing.assert_allclose(lines["scaled"].get_ydata(), expect, rtol=1e-13)
+        assert list(lines["scaled"].get_xdata()) == list(range(1, d // 2 + 1))
+        assert lines["one turn"].get_ydata()[0] == pytest.approx(2 * math.pi / 16)
+        assert ax.get_yscale() == "log"
+    assert not _texts_below(fig)
+    plt.close(fig)
+
+
+def test_rope_scaling_frequencies_hides_unused_panels_and_refuses_bad_input():
+    import matplotlib.pyplot as plt
+
+    from mha_lit import plots
+    fig = plots.rope_scaling_frequencies(8, 1e4, {"a": LINEAR, "b": LINEAR, "c": LINEAR})
+    assert sum(ax.get_visible() for ax in fig.axes) == 3 and len(fig.axes) == 4
+    assert not any(ln.get_gid() == "one turn" for ax in fig.axes for ln in ax.lines)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="rules"):
+        plots.rope_scaling_frequencies(8, 1e4, {})
+    with pytest.raises(ValueError, match="low_freq_factor"):
+        plots.rope_scaling_frequencies(8, 1e4, {"bad": {"rope_type": "llama3", "factor": 8}})
+    with pytest.raises(ValueError, match="length="):
+        plots.rope_scaling_frequencies(8, 1e4, {"dynamic": DYNAMIC})
+    with pytest.raises(ValueError, match="cols"):
+        plots.rope_scaling_frequencies(8, 1e4, {"a": LINEAR}, cols=0)
+    with pytest.raises(ValueError, match="trained_length"):
+        plots.rope_wavelengths(8, 1e4, 0)
+    with pytest.raises(ValueError, match="even"):
+        plots.rope_wavelengths(7, 1e4, 8)
+    plt.close("all")
