@@ -9,11 +9,13 @@ grouped heads, rotary positions and windows), ``symbolic`` (SymPy); then
 Part II's ``trace`` (recording products), ``counting``, ``models``,
 ``fast`` (the fast path of ``multi_head_attention``), ``decoder`` (a
 small GPT that generates) and ``roofline`` (from CPU to GPU); then Part
-III's ``rope`` (rotary positions) and ``latent`` (multi-head latent
-attention and its cache); then Part IV's ``grad`` (the backward
-pass), ``flash`` (FlashAttention's backward) and ``train`` (a model
-that learns). ``plots`` draws the figures of every part; ``checks``
-holds the checks at the door of the public functions.
+III's ``rope`` (rotary positions), ``latent`` (multi-head latent
+attention and its cache), ``paged`` (a paged cache, blocks from one
+pool) and ``quantized`` (8-bit keys and values); then Part IV's
+``grad`` (the backward pass), ``flash`` (FlashAttention's backward)
+and ``train`` (a model that learns). ``plots`` draws the figures of
+every part; ``checks`` holds the checks at the door of the public
+functions.
 
 ``import mha_lit`` needs NumPy only: ``plots`` (matplotlib) and
 ``symbolic`` (SymPy) are imported the first time they are used, as
@@ -29,6 +31,8 @@ from . import (
     latent,
     masks,
     models,
+    paged,
+    quantized,
     roofline,
     rope,
     trace,
@@ -102,6 +106,8 @@ __all__ = [
     "roofline",
     "rope",
     "latent",
+    "paged",
+    "quantized",
     "grad",
     "flash",
     "train",

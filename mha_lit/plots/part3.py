@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: F401
 import numpy as np  # noqa: F401
 
 from ..checks import groups, positive_int
-from ..masks import window_reach
+from ..masks import band, sink_band, window_reach
 
 # --- chapter 14: grouped-query and multi-query attention ---
 
@@ -137,6 +137,104 @@ def rope_planes(d: int = 14, positions=range(11), base: float = 10000.0,
     return fig
 
 
+# --- chapter 15 (scaling): beyond the trained length ---
+
+
+def rope_wavelengths(d: int, base: float, trained_length: int,
+                     longer: int | None = None) -> plt.Figure:
+    """The wavelength of every plane, with the trained length marked.
+
+    Book: Part III, chapter 15, "Beyond the trained length". The
+    wavelength 2 pi / omega_j of each plane j = 1 .. d/2 (log scale); the
+    planes whose largest trained angle (trained_length - 1) omega_j stays
+    below 2 pi, which never made a full turn in training, are drawn in the
+    highlight colour (gid "never turned", the others gid "turned"). Dashed
+    line (gid "trained"): trained_length; dotted (gid "longer"): a longer
+    context, if given. Returns the Figure.
+    """
+    from ..rope import frequencies
+    from ._style import HIGHLIGHT
+
+    omega = frequencies(d, base)  # (P,); refuses an odd d or base <= 1
+    L0 = positive_int(trained_length, "trained_length")
+    wavelength = 2 * np.pi / omega  # (P,)
+    j = np.arange(1, len(omega) + 1)  # (P,): planes counted from 1
+    never = wavelength > L0 - 1  # (P,): largest angle below 2 pi
+    fig, ax = plt.subplots(figsize=(7.0, 3.6), layout="constrained")
+    ax.scatter(j[~never], wavelength[~never], s=16, color="0.45",
+               gid="turned", label="a full turn or more in training")
+    ax.scatter(j[never], wavelength[never], s=16, color=HIGHLIGHT,
+               gid="never turned",
+               label=f"less than one turn in training ({never.sum()} planes)")
+    ax.axhline(L0, color="black", ls="--", lw=1, gid="trained",
+               label=f"trained length {L0:,}")
+    if longer is not None:
+        longer = positive_int(longer, "longer")
+        ax.axhline(longer, color="black", ls=":", lw=1, gid="longer",
+                   label=f"a longer context, {longer:,}")
+    ax.set_yscale("log")
+    ax.set_xlabel("plane j", fontsize=9)
+    ax.set_ylabel(r"wavelength $2\pi/\omega_j$ (positions)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3, which="major")
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def rope_scaling_frequencies(d: int, base: float, rules: dict, *,
+                             length: int | None = None,
+                             trained_length: int | None = None,
+                             cols: int = 2) -> plt.Figure:
+    """The frequencies of a head before and after each rope_scaling rule.
+
+    Book: Part III, chapter 15, "Beyond the trained length". ``rules``
+    maps a panel title to a rope_scaling dictionary; each panel draws
+    omega_j by plane j (log scale): the trained frequencies in grey (gid
+    "trained") and ``rope.frequencies(d, base, rule, length=length)`` in
+    colour (gid "scaled"). With ``trained_length`` L_0, a dashed line (gid
+    "one turn") at 2 pi / L_0: planes below it turn less than once in L_0
+    positions. Panels share their axes. Returns the Figure.
+    """
+    from ..rope import frequencies
+    from ._style import HIGHLIGHT
+
+    if not isinstance(rules, dict) or not rules:
+        raise ValueError("rules must map at least one panel title to a "
+                         "rope_scaling dictionary")
+    omega = frequencies(d, base)  # (P,); refuses an odd d or base <= 1
+    scaled = {title: frequencies(d, base, rule, length=length)
+              for title, rule in rules.items()}  # each (P,); checks rule
+    cols = min(positive_int(cols, "cols"), len(rules))
+    L0 = (None if trained_length is None
+          else positive_int(trained_length, "trained_length"))
+    rows = -(-len(rules) // cols)  # ceiling
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows),
+                             squeeze=False, sharex=True, sharey=True,
+                             layout="constrained")
+    j = np.arange(1, len(omega) + 1)  # (P,): planes counted from 1
+    for ax, (title, w) in zip(axes.flat[:len(scaled)], scaled.items(),
+                              strict=True):
+        ax.plot(j, omega, color="0.6", lw=2, gid="trained",
+                label="trained")
+        ax.plot(j, w, color=HIGHLIGHT, lw=1.2, marker="o", ms=2.5,
+                gid="scaled", label="with the rule")
+        if L0 is not None:
+            ax.axhline(2 * np.pi / L0, color="black", ls="--", lw=0.8,
+                       gid="one turn", label=f"one turn in {L0:,}")
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(rules):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("plane j", fontsize=9)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(r"$\omega_j$ (radians per position)", fontsize=9)
+    axes.flat[0].legend(fontsize=8, loc="lower left")
+    return fig
+
+
 # --- chapter 16: sliding-window attention ---
 
 _UNREACHED, _REACHED, _QUERY_ROW = 0, 1, 2  # cell kinds of the reach figure
@@ -191,6 +289,125 @@ def sliding_window_reach(n: int, w: int, layers=(1, 2, 3),
                      f"{query} reaches {count} inputs", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# --- chapter 16 (sinks, local/global) ---
+
+_HIDDEN, _WINDOW, _SINK = 0, 1, 2  # cell kinds of the sink-band figure
+_SINK_COLOURS = ["#f2f2f2", "#7fa7d6", "#1b9e77"]
+_GIB_16 = 2**30  # bytes in a GiB, the unit of local_global_cache's axis
+
+
+def sink_band_mask(n: int, w: int, sinks: int,
+                   query: int | None = None) -> plt.Figure:
+    """The sliding-window mask beside the same window with attention sinks.
+
+    Book: Part III, chapter 16, "Attention sinks". Left: ``band(n, w)``;
+    right: ``sink_band(n, w, sinks)``, where the keys that only the sinks
+    keep (among the first ``sinks``, outside the window) have a colour of
+    their own. Queries t down the side, keys u along the top, both from
+    1. Row ``query`` (default n) is outlined (gid "query") and each
+    panel's title counts the keys it sees. Returns the Figure.
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch, Rectangle
+
+    from ._style import HIGHLIGHT
+
+    window = band(n, w)  # (n, n), checks n and w
+    kept = sink_band(n, w, sinks)  # (n, n), checks sinks
+    query = n if query is None else query
+    if (isinstance(query, bool) or not isinstance(query, int)
+            or not 1 <= query <= n):
+        raise ValueError(f"query must be a position 1 .. {n}, got {query!r}")
+    panels = [(np.where(window, _WINDOW, _HIDDEN),
+               f"window w = {w}\nquery {query} sees "
+               f"{int(window[query - 1].sum())} keys"),
+              (np.where(window, _WINDOW, np.where(kept, _SINK, _HIDDEN)),
+               f"{sinks} sinks and window w = {w}\nquery {query} sees "
+               f"{int(kept[query - 1].sum())} keys")]
+    cmap = ListedColormap(_SINK_COLOURS)
+    fig, axes = plt.subplots(1, 2, figsize=(0.48 * n + 1.4, 0.24 * n + 1.5))
+    for ax, (kinds, title) in zip(axes, panels, strict=True):
+        ax.pcolormesh(np.arange(n + 1), np.arange(n + 1), kinds, cmap=cmap,
+                      vmin=-0.5, vmax=2.5, edgecolors="white", linewidth=1)
+        ax.add_patch(Rectangle((0, query - 1), n, 1, fill=False, lw=2,
+                               edgecolor=HIGHLIGHT, gid="query"))
+        ax.set_xlim(0, n)
+        ax.set_ylim(n, 0)
+        ax.set_aspect("equal")
+        step = 1 if n <= 20 else int(np.ceil(n / 10))
+        ticks = np.arange(0, n, step)  # 0-based cells, labelled from 1
+        ax.set_xticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
+        ax.set_yticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
+        ax.xaxis.tick_top()
+        ax.xaxis.set_label_position("top")
+        ax.set_xlabel("key u", fontsize=9)
+        ax.set_ylabel("query t", fontsize=9)
+        ax.set_title(title, fontsize=9)
+    handles = [Patch(color=_SINK_COLOURS[_WINDOW], label="in the window"),
+               Patch(color=_SINK_COLOURS[_SINK], label="kept as a sink"),
+               Patch(facecolor="none", edgecolor=HIGHLIGHT, lw=2,
+                     label=f"query {query}")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def local_global_cache(curves, window: int, context: int) -> plt.Figure:
+    """One sequence's KV cache against its length, as released and all global.
+
+    Book: Part III, chapter 16, "Local and global layers". ``curves`` maps a
+    model's label to (tokens, bytes, all_global_bytes): its cache with its
+    local and global layers (a solid line, gid "stack:<label>") and with
+    every layer global (dashed, in the same colour, gid "global:<label>"),
+    in GiB (2**30 bytes) on linear axes. Dotted vertical lines mark the
+    window w (gid "window") and the context length (gid "context").
+    Returns the Figure.
+    """
+    window = positive_int(window, "window")
+    context = positive_int(context, "context")
+    if not curves:
+        raise ValueError("curves must name at least one model")
+    data = {}
+    for label, (tokens, stack, full) in curves.items():
+        n = np.asarray(tokens, dtype=float)  # (points,)
+        a = np.asarray(stack, dtype=float)  # (points,)
+        b = np.asarray(full, dtype=float)  # (points,)
+        if n.ndim != 1 or n.size < 2 or not a.shape == b.shape == n.shape:
+            raise ValueError(
+                f"curve {label!r} needs two byte counts per length, at "
+                f"least two lengths, got shapes {n.shape}, {a.shape} and "
+                f"{b.shape}")
+        if np.any(a > b):
+            raise ValueError(f"curve {label!r} holds more with its local "
+                             "layers than with every layer global")
+        data[label] = (n, a, b)
+    fig, ax = plt.subplots(figsize=(9.4, 5.0))
+    colours = plt.get_cmap("tab10").colors
+    for k, (label, (n, a, b)) in enumerate(data.items()):
+        colour = colours[k % len(colours)]
+        ax.plot(n, a / _GIB_16, color=colour, lw=2.2, gid=f"stack:{label}",
+                label=f"{label}: local and global, as released")
+        ax.plot(n, b / _GIB_16, color=colour, lw=1.4, ls="--",
+                gid=f"global:{label}", label=f"{label}: every layer global")
+    ax.axvline(window, color="black", ls=":", lw=1.2, gid="window",
+               label=f"window w = {window:,}")
+    ax.axvline(context, color="grey", ls=":", lw=1.2, gid="context",
+               label=f"context length {context:,}")
+    ax.xaxis.set_major_locator(plt.MultipleLocator(window))
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(
+        lambda t, _: f"{t / 1024:g}K" if t >= 1024 else f"{t:g}"))
+    ax.set_xlim(0, None)
+    ax.set_ylim(0, None)
+    ax.set_xlabel("tokens in the sequence (K = 1,024)")
+    ax.set_ylabel("KV cache of one sequence, GiB (2^30 bytes)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
 
 
 # --- chapter 17: latent KV ---
@@ -315,6 +532,107 @@ def kv_cache_growth(curves, weights=None, capacity=None) -> plt.Figure:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
+
+
+# --- chapter 18 (a paged cache): block tables and the pool of blocks ---
+
+_LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "pad": 1.0}
+
+
+def paged_blocks(tables, lengths, block_size: int,
+                 num_blocks: int) -> plt.Figure:
+    """Each sequence's block table above the pool of blocks they point to.
+
+    Book: Part III, chapter 18, "A paged cache". ``tables`` maps a
+    sequence's label to its block ids in position order (what
+    ``PagedKVCache.block_table`` returns), ``lengths`` the label to its
+    rows. Top: one row per sequence, logical block j (from 1) a box
+    naming its block of the pool, the rows it holds shaded in the
+    sequence's colour. Bottom: the ``num_blocks`` blocks of the pool, in
+    the colour of the one sequence that holds them, hatched grey with
+    the number of sequences when shared, white when free. Artists carry
+    gids "table:<label>:<j>" and "block:<id>:<free|own|shared>". Returns
+    the Figure.
+    """
+    from matplotlib.patches import Rectangle
+
+    b = positive_int(block_size, "block_size")
+    N = positive_int(num_blocks, "num_blocks")
+    refs = _check_tables(tables, lengths, b, N)  # (N,) sequences per block
+    longest = max([len(t) for t in tables.values()] + [1])
+    width = max(N, longest + 2)
+    fig, (top, pool) = plt.subplots(
+        2, 1, figsize=(0.62 * width + 1.4, 0.55 * len(tables) + 2.4),
+        gridspec_kw={"height_ratios": [max(len(tables), 1), 1.3]})
+    colours = plt.get_cmap("tab10").colors
+    owner = {}
+    for r, (label, table) in enumerate(tables.items()):
+        colour, n = colours[r % len(colours)], lengths[label]
+        top.text(-0.2, -r, f"{label} ({n} rows)", ha="right",
+                 va="center", fontsize=9)
+        for j, block in enumerate(table):
+            held = min(b, n - j * b) / b  # share of the block's rows
+            top.add_patch(Rectangle((j + 0.05, -r - 0.4), 0.9 * held, 0.8,
+                                    facecolor=colour, alpha=0.45, lw=0))
+            top.add_patch(Rectangle(
+                (j + 0.05, -r - 0.4), 0.9, 0.8, fill=False, lw=1.2,
+                edgecolor="0.2", hatch="//" if refs[block] > 1 else None,
+                gid=f"table:{label}:{j + 1}"))
+            top.text(j + 0.5, -r, str(block), ha="center", va="center",
+                     fontsize=9, bbox=_LABEL_BOX)
+            owner.setdefault(block, colour)
+    for j in range(longest):  # the logical blocks, from 1
+        top.text(j + 0.5, 0.55, str(j + 1), ha="center", va="bottom",
+                 fontsize=8)
+    top.text(-0.2, 0.55, "logical block", ha="right", va="bottom",
+             fontsize=8)
+    top.set_xlim(-3.2, width)
+    top.set_ylim(-len(tables) + 0.4, 0.95)
+    top.set_title(f"block tables (logical blocks of {b} rows; the number "
+                  "is the block of the pool)", fontsize=9)
+    for k in range(N):
+        kind = ("free" if refs[k] == 0 else "own" if refs[k] == 1
+                else "shared")
+        face = {"free": "white", "own": owner.get(k, "white"),
+                "shared": "0.75"}[kind]
+        pool.add_patch(Rectangle((k + 0.05, -0.4), 0.9, 0.8, facecolor=face,
+                                 alpha=0.45 if kind == "own" else 1.0,
+                                 edgecolor="0.2", lw=1.2,
+                                 hatch="//" if kind == "shared" else None,
+                                 gid=f"block:{k}:{kind}"))
+        pool.text(k + 0.5, 0.0, str(k), ha="center", va="center",
+                  fontsize=9, bbox=_LABEL_BOX)
+        note = {"free": "free", "own": "", "shared": f"×{refs[k]}"}[kind]
+        pool.text(k + 0.5, -0.48, note, ha="center", va="top", fontsize=8)
+    pool.text(-0.2, 0.0, "block id", ha="right", va="center", fontsize=8)
+    pool.set_xlim(-3.2, width)
+    pool.set_ylim(-0.85, 0.5)
+    pool.set_title(f"the pool: {N} blocks, {int((refs > 0).sum())} in use",
+                   fontsize=9)
+    for ax in (top, pool):
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def _check_tables(tables, lengths, b: int, N: int) -> np.ndarray:
+    """Reference counts (N,) of the blocks in ``tables``, checked."""
+    if set(tables) != set(lengths):
+        raise ValueError(f"tables name {sorted(map(str, tables))} but "
+                         f"lengths name {sorted(map(str, lengths))}")
+    refs = np.zeros(N, dtype=int)  # (N,)
+    for label, table in tables.items():
+        n = lengths[label]
+        if len(table) != -(-n // b):
+            raise ValueError(f"{label!r} has {n} rows, which take "
+                             f"{-(-n // b)} blocks of {b}, but its table "
+                             f"lists {len(table)}")
+        for block in table:
+            if not 0 <= block < N:
+                raise ValueError(f"{label!r} names block {block}, outside "
+                                 f"the pool's 0 .. {N - 1}")
+            refs[block] += 1
+    return refs
 
 
 # every public figure function defined above, for ``from .part3 import *``
