@@ -17,11 +17,19 @@ and the scores are scaled by 1/sqrt(d_k + d_r), as DeepSeek scales them by
 last d_r are rotated (chapter 15). The latents of n tokens are the rows of
 C_KV (the book's C^KV), n x d_c.
 
-Left out, as neither changes the size of the cache or how absorption works:
-DeepSeek-V2 and V3 project the queries through a latent of their own
-(c_Q = x W_DQ, d_c' = 1536 wide, then W_UQ and W_QR act on c_Q), which
-saves activation memory in training, and they normalise both latents
-(RMSNorm). Here the queries are projected from x directly.
+DeepSeek's released layers (Book: chapter 17, "DeepSeek-V3's attention,
+exactly as released") add four things, all carried by ``LatentWeights``
+so that no printed function needs another keyword: an RMSNorm with
+learned scales on the latent (``gamma_KV``: the cache keeps
+RMSNorm(x W_DKV)); a query latent c_Q = x W_DQ (``W_DQ``, d_cq = 1536 in
+DeepSeek-V3, DeepSeek's d_c') with an RMSNorm of its own (``gamma_Q``),
+from which W_Q and W_QR compute the queries (``query_rows``); RoPE on
+adjacent pairs of columns (``interleaved``, as the checkpoints store
+W_QR and W_KR); and a ``rope_scaling`` rule (YaRN for DeepSeek-V3: its
+frequencies, chapter 15, and the score scale 1/sqrt(d_k + d_r) times
+mscale^2, ``LatentWeights.score_scale``). ``from_checkpoint`` maps one
+released layer's tensors onto them. Without them (the defaults) the
+queries come from x directly and nothing is normalised.
 
 Two computations give the same Y (``latent_attend``):
 
@@ -35,26 +43,31 @@ Two computations give the same Y (``latent_attend``):
 Letters in shape comments: n positions (rows of the cache), n_new new
 query rows (n_new <= n: the last n_new positions), d_model, d_k (the
 unrotated part of a query and key), d_r (the rotated part), d_v, d_c (the
-latent), h heads, B sequences in a batch.
+latent), d_cq (the query latent), d_q (the rows the queries are computed
+from: d_model, or d_cq with a query latent), h heads, B sequences in a
+batch.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
 from . import checks, masks
 from .attention import attention
 from .models import MODELS, DecoderConfig
-from .rope import check_base, rotate
+from .rope import check_base, rotate_scaled, scaling_config, yarn_mscale
 from .shapes import read_only_copy
 
 __all__ = ["LatentDims", "LatentWeights", "init_latent_weights",
-           "PUBLISHED", "latent_rows", "latent_attend", "latent_attention",
-           "LatentKVCache", "latent_cache_bytes", "mha_cache_bytes",
-           "latent_multiply_adds"]
+           "PUBLISHED", "rms_norm", "query_rows", "latent_rows",
+           "latent_attend", "latent_attention", "LatentKVCache",
+           "latent_cache_bytes", "mha_cache_bytes", "latent_multiply_adds",
+           "CHECKPOINT_NAMES", "checkpoint_shapes", "from_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,9 @@ class LatentDims:
     d_k 7, d_v 11 as in Part I, a latent of d_c = 23 and a rotary part of
     d_r = 8 (even: RoPE turns pairs). A token's cached row is d_c + d_r = 31
     numbers per layer, where multi-head attention keeps h (d_k + d_v) = 36.
+    ``d_cq`` is the width of a query latent (DeepSeek's d_c'), None for
+    queries projected from x directly; it changes what a step costs, not
+    the cache.
     """
 
     d_model: int = 5
@@ -74,22 +90,34 @@ class LatentDims:
     d_c: int = 23
     d_r: int = 8
     layers: int = 1
+    d_cq: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("d_model", "heads", "d_k", "d_v", "d_c", "d_r",
                      "layers"):
             object.__setattr__(self, name, checks.positive_int(
                 getattr(self, name), f"LatentDims.{name}"))
+        if self.d_cq is not None:
+            object.__setattr__(self, "d_cq", checks.positive_int(
+                self.d_cq, "LatentDims.d_cq"))
         if self.d_r % 2:
             raise ValueError(f"d_r = {self.d_r} is odd, but RoPE rotates "
                              "pairs of columns: d_r must be even")
+
+    def __repr__(self) -> str:
+        names = ["d_model", "heads", "d_k", "d_v", "d_c", "d_r", "layers"]
+        names += [] if self.d_cq is None else ["d_cq"]
+        return ("LatentDims(" + ", ".join(f"{k}={getattr(self, k)}"
+                                          for k in names) + ")")
 
     @classmethod
     def of(cls, cfg: DecoderConfig) -> LatentDims:
         """The sizes of a published MLA model (``models.DecoderConfig``).
 
         Book: chapters 17 and 18. Its keys and values are d_k wide (d_v =
-        d_k); the query latent ``cfg.latent.d_cq`` is not modelled here.
+        d_k). The query latent ``cfg.latent.d_cq`` is left out (d_cq =
+        None), so that chapter 17's counts are those of queries projected
+        from x; ``dataclasses.replace(dims, d_cq=...)`` counts it.
         """
         if not isinstance(cfg, DecoderConfig) or cfg.latent is None:
             got = getattr(cfg, "attention_kind", type(cfg).__name__)
@@ -114,21 +142,24 @@ class LatentDims:
 # Published sizes (data): DeepSeek-V2, section 3.1.2 "Model
 # Hyper-Parameters" (DeepSeek-AI 2024): 60 layers, d_model 5120, n_h = 128
 # heads of d_h = 128 for keys and values, d_c = 512 and a decoupled rotary
-# part d_h^R = 64; its query latent d_c' = 1536 is not modelled (module
-# docstring). DeepSeek-V3's (section 4.2) are read from models.MODELS, the
-# one copy, which chapter 18 uses too.
+# part d_h^R = 64; its query latent d_c' = 1536 is left out here (d_cq =
+# None: chapter 17 counts queries projected from x). DeepSeek-V3's
+# (section 4.2) are read from models.MODELS, the one copy, which chapter
+# 18 uses too.
 PUBLISHED: dict[str, LatentDims] = {
     "deepseek-v2": LatentDims(d_model=5120, heads=128, d_k=128, d_v=128,
                               d_c=512, d_r=64, layers=60),
     "deepseek-v3": LatentDims.of(MODELS["deepseek-v3"].config),
 }
 
-_SHAPES = {  # every matrix's shape, in the letters of the module docstring
+_SHAPES = {  # every array's shape, in the letters of the module docstring
     "W_DKV": "(d_model, d_c)", "W_UK": "(h, d_c, d_k)",
-    "W_UV": "(h, d_c, d_v)", "W_Q": "(h, d_model, d_k)",
-    "W_QR": "(h, d_model, d_r)", "W_KR": "(d_model, d_r)",
-    "W_O": "(h*d_v, d_model)",
+    "W_UV": "(h, d_c, d_v)", "W_Q": "(h, d_q, d_k)",
+    "W_QR": "(h, d_q, d_r)", "W_KR": "(d_model, d_r)",
+    "W_O": "(h*d_v, d_model)", "W_DQ": "(d_model, d_cq)",
+    "gamma_Q": "(d_cq,)", "gamma_KV": "(d_c,)",
 }
+_OPTIONAL = ("W_DQ", "gamma_Q", "gamma_KV")  # None: not in the layer
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,13 +172,27 @@ class LatentWeights:
         W_DKV (d_model, d_c)     (5, 23)     x -> latent c
         W_UK  (h, d_c, d_k)      (2, 23, 7)  c -> head i's unrotated key
         W_UV  (h, d_c, d_v)      (2, 23, 11) c -> head i's value
-        W_Q   (h, d_model, d_k)  (2, 5, 7)   x -> head i's unrotated query
-        W_QR  (h, d_model, d_r)  (2, 5, 8)   x -> head i's rotary query
+        W_Q   (h, d_q, d_k)      (2, 5, 7)   x -> head i's unrotated query
+        W_QR  (h, d_q, d_r)      (2, 5, 8)   x -> head i's rotary query
         W_KR  (d_model, d_r)     (5, 8)      x -> the rotary key, one for all
         W_O   (h*d_v, d_model)   (22, 5)     Concat -> output
 
+    DeepSeek's released layers (chapter 17, "DeepSeek-V3's attention,
+    exactly as released") have more, each optional:
+
+        W_DQ     (d_model, d_cq)  x -> the query latent c_Q; W_Q and W_QR
+                                  then act on it (d_q = d_cq, not d_model)
+        gamma_Q  (d_cq,)          RMSNorm scales of c_Q (needs W_DQ)
+        gamma_KV (d_c,)           RMSNorm scales of c, before it is cached
+        eps                       the RMSNorms' epsilon (1e-6, as released)
+        interleaved               RoPE on adjacent column pairs (True) or
+                                  the half split (False, chapter 15)
+        rope_scaling              a config.json rule ("yarn", "linear",
+                                  "llama3"; None: plain RoPE)
+
     Shapes are checked on construction, with errors that name them; the
     arrays become private read-only copies in one floating dtype.
+    ``dataclasses.replace(W, ...)`` changes some and keeps the rest.
     """
 
     W_DKV: np.ndarray
@@ -157,57 +202,141 @@ class LatentWeights:
     W_QR: np.ndarray
     W_KR: np.ndarray
     W_O: np.ndarray
+    W_DQ: np.ndarray | None = None
+    gamma_Q: np.ndarray | None = None
+    gamma_KV: np.ndarray | None = None
+    eps: float = 1e-6
+    interleaved: bool = False
+    rope_scaling: dict | None = None
 
     def __post_init__(self) -> None:
         arrs = {name: checks.float_array(getattr(self, name), name,
-                                     ndim=_SHAPES[name].count(",") + 1)
-                for name in _SHAPES}
-        d_model, d_c = arrs["W_DKV"].shape
-        h, _, d_k = arrs["W_UK"].shape
-        d_v, d_r = arrs["W_UV"].shape[2], arrs["W_KR"].shape[1]
-        want = {"W_DKV": (d_model, d_c), "W_UK": (h, d_c, d_k),
-                "W_UV": (h, d_c, d_v), "W_Q": (h, d_model, d_k),
-                "W_QR": (h, d_model, d_r), "W_KR": (d_model, d_r),
-                "W_O": (h * d_v, d_model)}
-        for name, shape in want.items():
-            if arrs[name].shape != shape:
+                                     ndim=_SHAPES[name].count(",") + 1
+                                     if name.startswith("W") else 1)
+                for name in _SHAPES if getattr(self, name) is not None}
+        want, label = self._shapes(arrs)
+        for name, arr in arrs.items():
+            if arr.shape != want[name]:
                 raise ValueError(
-                    f"{name} has shape {arrs[name].shape} but must be "
-                    f"{_SHAPES[name]} = {shape}, from W_DKV "
+                    f"{name} has shape {arr.shape} but must be "
+                    f"{label[name]} = {want[name]}, from W_DKV "
                     f"{arrs['W_DKV'].shape}, W_UK {arrs['W_UK'].shape}, "
                     f"W_UV {arrs['W_UV'].shape} and W_KR "
-                    f"{arrs['W_KR'].shape}")
-        if min(d_model, h, d_k, d_v, d_c, d_r) == 0 or d_r % 2:
+                    f"{arrs['W_KR'].shape}"
+                    + (f" and W_DQ {arrs['W_DQ'].shape}" if "W_DQ" in arrs
+                       else ""))
+        if any(0 in a.shape for a in arrs.values()) or want["W_KR"][1] % 2:
             raise ValueError(
                 f"LatentWeights need positive sizes and an even d_r (RoPE "
                 f"turns pairs of columns), got W_DKV {arrs['W_DKV'].shape}, "
                 f"W_UK {arrs['W_UK'].shape}, W_UV {arrs['W_UV'].shape}, "
                 f"W_KR {arrs['W_KR'].shape}")
+        if "gamma_Q" in arrs and "W_DQ" not in arrs:
+            raise ValueError("gamma_Q scales the query latent x W_DQ, but "
+                             "W_DQ is None")
         dtype = np.result_type(*arrs.values())
         for name, arr in arrs.items():
             object.__setattr__(self, name, read_only_copy(arr, dtype))
+        self._check_settings()
+
+    @staticmethod
+    def _shapes(arrs: dict) -> tuple[dict, dict]:
+        """The shape each array must have, and its label in letters."""
+        d_model, d_c = arrs["W_DKV"].shape
+        h, _, d_k = arrs["W_UK"].shape
+        d_v, d_r = arrs["W_UV"].shape[2], arrs["W_KR"].shape[1]
+        d_q = arrs["W_DQ"].shape[1] if "W_DQ" in arrs else d_model
+        want = {"W_DKV": (d_model, d_c), "W_UK": (h, d_c, d_k),
+                "W_UV": (h, d_c, d_v), "W_Q": (h, d_q, d_k),
+                "W_QR": (h, d_q, d_r), "W_KR": (d_model, d_r),
+                "W_O": (h * d_v, d_model), "W_DQ": (d_model, d_q),
+                "gamma_Q": (d_q,), "gamma_KV": (d_c,)}
+        q_in = "d_cq" if "W_DQ" in arrs else "d_model"
+        label = {name: text.replace("d_q", q_in)
+                 for name, text in _SHAPES.items()}
+        return want, label
+
+    def _check_settings(self) -> None:
+        eps = self.eps
+        if (isinstance(eps, bool) or not isinstance(eps, numbers.Real)
+                or not math.isfinite(eps) or eps <= 0):
+            raise ValueError(f"eps, the RMSNorms' epsilon, must be a "
+                             f"positive number, got {eps!r}")
+        object.__setattr__(self, "eps", float(eps))
+        if not isinstance(self.interleaved, (bool, np.bool_)):
+            raise TypeError(f"interleaved must be True or False, got "
+                            f"{self.interleaved!r}")
+        object.__setattr__(self, "interleaved", bool(self.interleaved))
+        rs = self.rope_scaling
+        if rs is None:
+            return
+        rs = dict(rs) if isinstance(rs, MappingProxyType) else rs
+        if scaling_config(rs)["rope_type"] == "dynamic":
+            raise ValueError(
+                "rope_scaling of type 'dynamic' changes the frequencies with "
+                "the sequence's length, so rotary keys cached at one length "
+                "would be wrong at the next: a latent cache cannot use it")
+        object.__setattr__(self, "rope_scaling", MappingProxyType(dict(rs)))
 
     @property
     def dims(self) -> LatentDims:
         """The sizes these weights have (one layer)."""
         (d_model, d_c), (h, _, d_k) = self.W_DKV.shape, self.W_UK.shape
+        d_cq = None if self.W_DQ is None else self.W_DQ.shape[1]
         return LatentDims(d_model, h, d_k, self.W_UV.shape[2], d_c,
-                          self.W_KR.shape[1])
+                          self.W_KR.shape[1], d_cq=d_cq)
 
     @property
     def dtype(self) -> np.dtype:
         """The floating dtype all matrices share."""
         return self.W_DKV.dtype
 
+    @property
+    def score_scale(self) -> float:
+        """What the scores are multiplied by: 1/sqrt(d_k + d_r), or more.
+
+        Book: chapter 17, "DeepSeek-V3's attention, exactly as released".
+        A ``rope_scaling`` with "mscale_all_dim" multiplies it by
+        ``rope.yarn_mscale(factor, mscale_all_dim)`` squared, as Hugging
+        Face's DeepSeek-V3 attention does (1.8739 for DeepSeek-V3).
+        """
+        s = self.dims
+        scale = 1 / math.sqrt(s.d_k + s.d_r)
+        rs = self.rope_scaling
+        if rs is not None and rs.get("mscale_all_dim"):
+            scale *= yarn_mscale(rs["factor"], rs["mscale_all_dim"]) ** 2
+        return scale
+
+    def rope(self, x, positions, rope_base: float = 10000.0) -> np.ndarray:
+        """RoPE as these weights want it: their layout and rope_scaling.
+
+        Book: chapters 15 and 17. ``rope.rotate_scaled`` of x (..., n, d_r)
+        at ``positions``, adjacent pairs if ``interleaved``; plain
+        ``rope.rotate`` when ``rope_scaling`` is None.
+        """
+        rs = None if self.rope_scaling is None else dict(self.rope_scaling)
+        return rotate_scaled(x, positions, check_base(rope_base), rs,
+                             interleaved=self.interleaved)
+
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every matrix by name, in the order of the class docstring."""
-        return {name: getattr(self, name) for name in _SHAPES}
+        """Every array by name, in the order of the class docstring (the
+        optional ones only if present; eps, interleaved and rope_scaling
+        are settings, not arrays)."""
+        return {name: getattr(self, name) for name in _SHAPES
+                if getattr(self, name) is not None}
 
     def __repr__(self) -> str:
         s = self.dims
+        more = "" if s.d_cq is None else f", d_cq={s.d_cq}"
+        more += "".join(f", {name}" for name in ("gamma_Q", "gamma_KV")
+                        if getattr(self, name) is not None)
+        more += ", interleaved" if self.interleaved else ""
+        if self.rope_scaling is not None:
+            kind = scaling_config(dict(self.rope_scaling))["rope_type"]
+            more += f", rope_scaling={kind!r}"
         return (f"LatentWeights(d_model={s.d_model}, heads={s.heads}, "
-                f"d_k={s.d_k}, d_v={s.d_v}, d_c={s.d_c}, d_r={s.d_r}, "
-                f"dtype={self.dtype})")
+                f"d_k={s.d_k}, d_v={s.d_v}, d_c={s.d_c}, d_r={s.d_r}"
+                f"{more}, dtype={self.dtype})")
 
 
 def init_latent_weights(dims: LatentDims | None = None, seed: int = 0,
@@ -215,19 +344,25 @@ def init_latent_weights(dims: LatentDims | None = None, seed: int = 0,
     """Random weights for ``dims``, each entry N(0, 1/fan_in).
 
     Book: chapter 17. fan_in is the number of rows a matrix multiplies:
-    d_model for W_DKV, W_Q, W_QR, W_KR; d_c for W_UK, W_UV; h*d_v for W_O.
-    The same seed always gives the same weights.
+    d_model for W_DKV, W_KR (and W_DQ), d_q for W_Q and W_QR (d_model, or
+    d_cq with a query latent), d_c for W_UK, W_UV; h*d_v for W_O. With
+    ``dims.d_cq`` the layer gets a query latent W_DQ; the norms and the
+    rotary settings are left at their defaults. The same seed always
+    gives the same weights.
     """
     s = LatentDims() if dims is None else dims
     if not isinstance(s, LatentDims):
         raise TypeError(f"dims must be LatentDims, got {type(s).__name__}")
     rng = np.random.default_rng(seed)
+    d_q = s.d_model if s.d_cq is None else s.d_cq
     shapes = {"W_DKV": (s.d_model, s.d_c), "W_UK": (s.heads, s.d_c, s.d_k),
               "W_UV": (s.heads, s.d_c, s.d_v),
-              "W_Q": (s.heads, s.d_model, s.d_k),
-              "W_QR": (s.heads, s.d_model, s.d_r),
+              "W_Q": (s.heads, d_q, s.d_k),
+              "W_QR": (s.heads, d_q, s.d_r),
               "W_KR": (s.d_model, s.d_r),
               "W_O": (s.heads * s.d_v, s.d_model)}
+    if s.d_cq is not None:
+        shapes["W_DQ"] = (s.d_model, s.d_cq)
     return LatentWeights(**{
         name: (rng.standard_normal(shape)
                / math.sqrt(shape[-2])).astype(dtype)  # fan_in = rows
@@ -255,6 +390,44 @@ def _check_rows(X, W: LatentWeights, name: str = "X") -> np.ndarray:
     return X
 
 
+def rms_norm(z, gamma, eps: float = 1e-6) -> np.ndarray:
+    """RMSNorm: each row z divided by its root mean square, times gamma.
+
+    Book: chapter 17, "One row per token", equation (eq-rmsnorm):
+    gamma * z / sqrt(mean(z^2) + eps) over the last axis of z (..., d),
+    gamma (d,), as Hugging Face's DeepseekV3RMSNorm and DeepSeek's RMSNorm
+    compute it (they in float32, this in the arrays' dtype).
+    """
+    z = checks.float_array(z, "z")
+    gamma = checks.float_array(gamma, "gamma", ndim=1)
+    if z.ndim == 0 or z.shape[-1] != len(gamma):
+        raise ValueError(f"RMSNorm scales each column of z by gamma: z "
+                         f"{z.shape} needs as many columns as gamma "
+                         f"{gamma.shape} has entries")
+    if (isinstance(eps, bool) or not isinstance(eps, numbers.Real)
+            or not math.isfinite(eps) or eps <= 0):
+        raise ValueError(f"eps must be a positive number, got {eps!r}")
+    mean_square = np.mean(z * z, axis=-1, keepdims=True)  # (..., 1)
+    return gamma * (z / np.sqrt(mean_square + eps))  # (..., d)
+
+
+def query_rows(X, W: LatentWeights) -> np.ndarray:
+    """The rows the queries are computed from: X, or RMSNorm(X W_DQ).
+
+    Book: chapter 17, "DeepSeek-V3's attention, exactly as released".
+    Without a query latent (``W.W_DQ`` None) X itself, (n, d_model); with
+    one, the query latents c_Q = X W_DQ (n, d_cq), normalised when
+    ``W.gamma_Q`` is given. W_Q and W_QR multiply these rows.
+    """
+    X = _check_rows(X, W)
+    if W.W_DQ is None:
+        return X
+    C_Q = X @ W.W_DQ  # (n, d_model) @ (d_model, d_cq) -> (n, d_cq)
+    if W.gamma_Q is not None:
+        C_Q = rms_norm(C_Q, W.gamma_Q, W.eps)  # (n, d_cq)
+    return C_Q
+
+
 def latent_rows(X, W: LatentWeights, positions,
                 rope_base: float = 10000.0) -> np.ndarray:
     """The rows a latent cache keeps: [c | k_R] = [x W_DKV | RoPE(x W_KR)].
@@ -262,11 +435,15 @@ def latent_rows(X, W: LatentWeights, positions,
     Book: chapter 17, "One row per token". X is (n, d_model), positions
     (n,) the positions of its rows (counted from 0); the result is
     (n, d_c + d_r): the latent c, then the rotary key turned to its
-    token's position (half-split convention of chapter 15).
+    token's position (``W.rope``: chapter 15's half split unless W says
+    otherwise). With ``W.gamma_KV`` the latent is cached normalised,
+    RMSNorm(x W_DKV), as in DeepSeek's released layers.
     """
     X = _check_rows(X, W)
     C_KV = X @ W.W_DKV  # (n, d_model) @ (d_model, d_c) -> (n, d_c)
-    K_R = rotate(X @ W.W_KR, positions, check_base(rope_base))  # (n, d_r)
+    if W.gamma_KV is not None:  # the released layers normalise c
+        C_KV = rms_norm(C_KV, W.gamma_KV, W.eps)  # (n, d_c)
+    K_R = W.rope(X @ W.W_KR, positions, rope_base)  # (n, d_r), turned
     return np.concatenate([C_KV, K_R], axis=1)  # (n, d_c + d_r)
 
 
@@ -281,7 +458,7 @@ def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
     at position t sees keys 0 .. t. ``absorbed=False`` rebuilds every
     head's keys and values from the rows and runs chapter 3's attention;
     ``absorbed=True`` never forms them (module docstring). Both give the
-    same Y, to rounding.
+    same Y, to rounding. The queries are computed from ``query_rows``.
     """
     X = _check_rows(X, W)
     rows = checks.float_array(rows, "rows")
@@ -294,49 +471,54 @@ def latent_attend(X, rows, W: LatentWeights, causal: bool = True, *,
             f"got rows of shape {rows.shape}")
     n = len(rows)
     positions = np.arange(n - n_new, n)  # (n_new,): where the queries stand
-    # (n_new, d_model) @ (h, d_model, d_r) -> (h, n_new, d_r), turned
-    Q_R = rotate(X @ W.W_QR, positions, check_base(rope_base))
+    X_Q = query_rows(X, W)  # (n_new, d_q): X, or the query latents
+    # (n_new, d_q) @ (h, d_q, d_r) -> (h, n_new, d_r), turned
+    Q_R = W.rope(X_Q @ W.W_QR, positions, rope_base)
     mask = masks.causal(n_new, n) if causal else None  # (n_new, n)
     heads = _absorbed_heads if absorbed else _rebuilt_heads
-    H = heads(X, Q_R, rows, W, mask)  # h blocks (n_new, d_v)
+    H = heads(X_Q, Q_R, rows, W, mask)  # h blocks (n_new, d_v)
     concat = np.concatenate(H, axis=1)  # (n_new, h*d_v)
     return concat @ W.W_O  # (n_new, h*d_v) @ (h*d_v, d_model)
 
 
-def _rebuilt_heads(X, Q_R, rows, W: LatentWeights, mask) -> list:
+def _rebuilt_heads(X_Q, Q_R, rows, W: LatentWeights, mask) -> list:
     """Every head's output with K_i and V_i rebuilt from the latent rows.
 
-    Book: chapter 17, "Rebuilding the keys". Head i's query and key are
-    the unrotated part and the rotary part side by side, so chapter 3's
-    ``attention`` scales their scores by 1/sqrt(d_k + d_r) by itself.
+    Book: chapter 17, "Rebuilding the keys". X_Q holds the rows the
+    queries are computed from (``query_rows``: X itself unless the layer
+    has a query latent). Head i's query and key are the unrotated part
+    and the rotary part side by side; chapter 3's ``attention`` multiplies
+    their scores by ``W.score_scale``, 1/sqrt(d_k + d_r) unless a
+    rope_scaling changes it.
     """
     d_c = W.dims.d_c
     C_KV, K_R = rows[:, :d_c], rows[:, d_c:]  # (n, d_c), (n, d_r)
     H = []
     for i in range(W.dims.heads):
         # (n_new, d_k + d_r)
-        Q = np.concatenate([X @ W.W_Q[i], Q_R[i]], axis=1)
+        Q = np.concatenate([X_Q @ W.W_Q[i], Q_R[i]], axis=1)
         K = np.concatenate([C_KV @ W.W_UK[i], K_R], axis=1)  # (n, d_k + d_r)
         V = C_KV @ W.W_UV[i]  # (n, d_c) @ (d_c, d_v) -> (n, d_v)
-        H.append(attention(Q, K, V, mask))  # (n_new, d_v)
+        H.append(attention(Q, K, V, mask,
+                           scale=W.score_scale))  # (n_new, d_v)
     return H
 
 
-def _absorbed_heads(X, Q_R, rows, W: LatentWeights, mask) -> list:
+def _absorbed_heads(X_Q, Q_R, rows, W: LatentWeights, mask) -> list:
     """Every head's output from the latent rows alone, K_i and V_i unformed.
 
     Book: chapter 17, "Absorbing W_UK and W_UV". Head i's query becomes
     [q W_UKi^T | q_R] (d_c + d_r), scored against the cached rows
     [C_KV | K_R] themselves by chapter 3's ``attention``, with the scale
-    of the rebuilt heads, 1/sqrt(d_k + d_r); the weights then average the
+    of the rebuilt heads, ``W.score_scale``; the weights then average the
     latents, S_i C_KV, and W_UVi maps the average to d_v.
     """
     s = W.dims
     C_KV = rows[:, :s.d_c]  # (n, d_c)
-    scale = 1 / math.sqrt(s.d_k + s.d_r)  # not 1/sqrt(d_c + d_r)
+    scale = W.score_scale  # 1/sqrt(d_k + d_r), not 1/sqrt(d_c + d_r)
     H = []
     for i in range(s.heads):
-        q_lat = (X @ W.W_Q[i]) @ W.W_UK[i].T  # (n_new, d_k) @ (d_k, d_c)
+        q_lat = (X_Q @ W.W_Q[i]) @ W.W_UK[i].T  # (n_new, d_k) @ (d_k, d_c)
         Q = np.concatenate([q_lat, Q_R[i]], axis=1)  # (n_new, d_c + d_r)
         # (n_new, d_c): each query's average of the latents
         latent = attention(Q, rows, C_KV, mask, scale=scale)
@@ -389,7 +571,8 @@ class LatentKVCache:
     ``latent_attention`` on every row seen, to rounding. ``absorbed``
     chooses the computation of ``latent_attend`` (the cache is the same).
     Rows live in a buffer that doubles when full; a refused input leaves
-    the cache as it was.
+    the cache as it was. Weights with ``gamma_KV`` keep the latent
+    normalised (``latent_rows``).
     """
 
     def __init__(self, W: LatentWeights, capacity: int = 16, *,
@@ -494,13 +677,13 @@ def latent_multiply_adds(n_new: int, n: int, dims: LatentDims,
     n_new = 1 (its row and the n - 1 before it cached); a dense prefill is
     n_new = n (every score computed, the masked ones too). Both ways
     compute the new rows' cached rows n_new d_model (d_c + d_r)
-    (``latent_rows``), every head's query parts n_new d_model (d_k + d_r),
-    and Concat W_O n_new h d_v d_model; per head, rebuilt: K_i^C, V_i for
-    all n rows, n d_c (d_k + d_v), scores n_new n (d_k + d_r), S V
-    n_new n d_v; absorbed: q W_UK^T n_new d_k d_c, scores
-    n_new n (d_c + d_r), S C_KV n_new n d_c, then W_UV n_new d_c d_v. The
-    queries are projected from x (module docstring): DeepSeek's query
-    latent would change the query term, none of the terms in n.
+    (``latent_rows``), every head's query parts n_new d_model (d_k + d_r)
+    (with a query latent d_cq instead: n_new d_cq (d_model + h (d_k +
+    d_r)) for all heads), and Concat W_O n_new h d_v d_model; per head,
+    rebuilt: K_i^C, V_i for all n rows, n d_c (d_k + d_v), scores
+    n_new n (d_k + d_r), S V n_new n d_v; absorbed: q W_UK^T
+    n_new d_k d_c, scores n_new n (d_c + d_r), S C_KV n_new n d_c, then
+    W_UV n_new d_c d_v. The norms multiply no matrices.
     """
     n_new = checks.positive_int(n_new, "n_new")
     n = checks.positive_int(n, "n")
@@ -510,11 +693,181 @@ def latent_multiply_adds(n_new: int, n: int, dims: LatentDims,
     s = dims
     shared = (n_new * s.d_model * (s.d_c + s.d_r)  # latent_rows
               + n_new * s.heads * s.d_v * s.d_model)  # Concat W_O
-    queries = n_new * s.d_model * (s.d_k + s.d_r)
+    if s.d_cq is None:  # every head's query parts from x
+        queries = n_new * s.heads * s.d_model * (s.d_k + s.d_r)
+    else:  # x W_DQ once, then every head's parts from the query latent
+        queries = n_new * s.d_cq * (s.d_model + s.heads * (s.d_k + s.d_r))
     if absorbed:
         per_head = (n_new * s.d_k * s.d_c + n_new * n * (s.d_c + s.d_r)
                     + n_new * n * s.d_c + n_new * s.d_c * s.d_v)
     else:
         per_head = (n * s.d_c * (s.d_k + s.d_v)
                     + n_new * n * (s.d_k + s.d_r) + n_new * n * s.d_v)
-    return shared + s.heads * (queries + per_head)
+    return shared + queries + s.heads * per_head
+
+
+# --- a released layer ------------------------------------------------------
+
+# The tensors of one attention layer in DeepSeek-V3's safetensors files
+# (after "model.layers.<N>.self_attn."), PyTorch's (out, in) layout, as
+# Hugging Face's DeepseekV3Attention names them; q_proj.weight stands for
+# q_a_proj, q_a_layernorm and q_b_proj in models without a query latent
+# (q_lora_rank null).
+CHECKPOINT_NAMES = ("q_a_proj.weight", "q_a_layernorm.weight",
+                    "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
+                    "kv_a_layernorm.weight", "kv_b_proj.weight",
+                    "o_proj.weight")
+
+_CONFIG_KEYS = ("hidden_size", "num_attention_heads", "kv_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _config_sizes(config) -> dict:
+    """The sizes a config.json gives, checked, in the book's letters."""
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be the dict of a config.json, got "
+                        f"{type(config).__name__}")
+    needed = _CONFIG_KEYS + ("q_lora_rank",)
+    for key in needed:
+        if key not in config:
+            raise ValueError(f"config has no {key!r}: from_checkpoint "
+                             f"needs {sorted(needed)}")
+    d = {letter: checks.positive_int(config[key], f"config[{key!r}]")
+         for letter, key in zip(("d_model", "h", "d_c", "d_k", "d_r", "d_v"),
+                                _CONFIG_KEYS, strict=True)}
+    q = config["q_lora_rank"]
+    d["d_cq"] = None if q is None else checks.positive_int(
+        q, "config['q_lora_rank']")
+    return d
+
+
+def checkpoint_shapes(config) -> dict[str, tuple[int, int] | tuple[int]]:
+    """The shape of every attention tensor of one layer, from config.json.
+
+    Book: chapter 17, "DeepSeek-V3's attention, exactly as released".
+    PyTorch's (out, in) layout: q_a_proj (d_cq, d_model), q_a_layernorm
+    (d_cq,), q_b_proj (h (d_k + d_r), d_cq), kv_a_proj_with_mqa
+    (d_c + d_r, d_model), kv_a_layernorm (d_c,), kv_b_proj
+    (h (d_k + d_v), d_c), o_proj (d_model, h d_v); with q_lora_rank null,
+    q_proj (h (d_k + d_r), d_model) in place of the first three.
+    """
+    s = _config_sizes(config)
+    h, d_model = s["h"], s["d_model"]
+    if s["d_cq"] is None:
+        query = {"q_proj.weight": (h * (s["d_k"] + s["d_r"]), d_model)}
+    else:
+        query = {"q_a_proj.weight": (s["d_cq"], d_model),
+                 "q_a_layernorm.weight": (s["d_cq"],),
+                 "q_b_proj.weight": (h * (s["d_k"] + s["d_r"]), s["d_cq"])}
+    return query | {
+        "kv_a_proj_with_mqa.weight": (s["d_c"] + s["d_r"], d_model),
+        "kv_a_layernorm.weight": (s["d_c"],),
+        "kv_b_proj.weight": (h * (s["d_k"] + s["d_v"]), s["d_c"]),
+        "o_proj.weight": (d_model, h * s["d_v"])}
+
+
+def _dequantized(tensors, name: str, block) -> np.ndarray:
+    """A weight, times its 128 x 128 block scales if the file has them."""
+    w = checks.float_array(tensors[name], name)
+    scale_name = name.replace(".weight", ".weight_scale_inv")
+    if scale_name not in tensors:
+        return w
+    s = checks.float_array(tensors[scale_name], scale_name, ndim=2)
+    b0, b1 = block
+    if w.ndim != 2 or s.shape != (-(-w.shape[0] // b0), -(-w.shape[1] // b1)):
+        raise ValueError(f"{scale_name} has shape {s.shape}, but {name} "
+                         f"{w.shape} in blocks of {b0} x {b1} needs one "
+                         f"scale per block")
+    full = np.repeat(np.repeat(s, b0, axis=0), b1, axis=1)  # blocks -> rows
+    return w * full[:w.shape[0], :w.shape[1]]
+
+
+def from_checkpoint(tensors, config) -> LatentWeights:
+    """One released DeepSeek-V2/V3 attention layer as ``LatentWeights``.
+
+    Book: chapter 17, "DeepSeek-V3's attention, exactly as released".
+    ``tensors`` maps the names of ``CHECKPOINT_NAMES`` (one layer, the
+    prefix "model.layers.<N>.self_attn." removed) to arrays in PyTorch's
+    (out, in) layout; ``config`` is the model's config.json as a dict. FP8
+    files' "<name>_scale_inv" block scales are applied
+    (``quantization_config.weight_block_size``, 128 x 128). Every matrix
+    is transposed to the book's (in, out) layout and split per head:
+    q_b_proj into W_Q and W_QR, kv_a_proj_with_mqa into W_DKV and W_KR,
+    kv_b_proj into W_UK and W_UV. The RMSNorms get eps 1e-6, as both
+    released implementations build them (not config's rms_norm_eps, which
+    is the block's); ``interleaved`` is config's "rope_interleave" (true
+    if absent, as in Hugging Face's DeepseekV3Config) and
+    ``rope_scaling`` config's (refused if its factor is not
+    max_position_embeddings / original_max_position_embeddings, which the
+    released programs read in its place). Run the result with
+    ``rope_base=config["rope_theta"]``.
+    """
+    shapes = checkpoint_shapes(config)
+    if not isinstance(tensors, dict):
+        raise TypeError(f"tensors must be a dict of name -> array, got "
+                        f"{type(tensors).__name__}")
+    scales = {name.replace(".weight", ".weight_scale_inv") for name in shapes
+              if name.endswith("proj.weight")}
+    unknown = sorted(set(tensors) - set(shapes) - scales)
+    missing = sorted(set(shapes) - set(tensors))
+    if unknown or missing:
+        raise ValueError(
+            f"tensors must be one layer's {sorted(shapes)} (the prefix "
+            f"'model.layers.<N>.self_attn.' removed); missing {missing}, "
+            f"unknown {unknown}")
+    if config.get("attention_bias"):
+        raise ValueError("config's 'attention_bias' is true, but "
+                         "LatentWeights hold no biases")
+    _check_yarn_factor(config)
+    quant = config.get("quantization_config") or {}
+    block = tuple(quant.get("weight_block_size", (128, 128)))
+    T = {name: _dequantized(tensors, name, block) for name in shapes}
+    for name, shape in shapes.items():
+        if T[name].shape != shape:
+            raise ValueError(f"{name} has shape {T[name].shape}, but the "
+                             f"config's sizes make it {shape}")
+    return _from_released(T, _config_sizes(config), config)
+
+
+def _check_yarn_factor(config: dict) -> None:
+    """Refuse a config whose two readings of YaRN's factor differ.
+
+    Hugging Face's recent code takes max_position_embeddings divided by
+    original_max_position_embeddings for the factor, its earlier code and
+    DeepSeek's take rope_scaling's "factor" (163840 / 4096 = 40 = factor
+    in DeepSeek-V3); ``rope.frequencies`` reads "factor".
+    """
+    rs = config.get("rope_scaling") or {}
+    longest = config.get("max_position_embeddings")
+    trained = rs.get("original_max_position_embeddings")
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind != "yarn" or None in (longest, trained, rs.get("factor")):
+        return
+    if not math.isclose(longest / trained, rs["factor"], rel_tol=1e-12):
+        raise ValueError(
+            f"config's max_position_embeddings / rope_scaling's "
+            f"original_max_position_embeddings = {longest} / {trained} is "
+            f"not rope_scaling's factor {rs['factor']!r}: the released "
+            f"programs read YaRN's factor from one or the other")
+
+
+def _from_released(T: dict, s: dict, config: dict) -> LatentWeights:
+    """Transpose and split the checked tensors T into the book's arrays."""
+    h, d_k, d_r, d_v, d_c = s["h"], s["d_k"], s["d_r"], s["d_v"], s["d_c"]
+    query = "q_proj.weight" if s["d_cq"] is None else "q_b_proj.weight"
+    W_q = T[query].T.reshape(-1, h, d_k + d_r)  # (d_q, h, d_k + d_r)
+    W_kv = T["kv_b_proj.weight"].T.reshape(d_c, h, d_k + d_v)  # per head
+    W_a = T["kv_a_proj_with_mqa.weight"].T  # (d_model, d_c + d_r)
+    latent = {} if s["d_cq"] is None else {
+        "W_DQ": T["q_a_proj.weight"].T,  # (d_model, d_cq)
+        "gamma_Q": T["q_a_layernorm.weight"]}  # (d_cq,)
+    return LatentWeights(
+        W_DKV=W_a[:, :d_c], W_KR=W_a[:, d_c:],
+        W_UK=W_kv[:, :, :d_k].transpose(1, 0, 2),  # (h, d_c, d_k)
+        W_UV=W_kv[:, :, d_k:].transpose(1, 0, 2),  # (h, d_c, d_v)
+        W_Q=W_q[:, :, :d_k].transpose(1, 0, 2),  # (h, d_q, d_k)
+        W_QR=W_q[:, :, d_k:].transpose(1, 0, 2),  # (h, d_q, d_r)
+        W_O=T["o_proj.weight"].T,  # (h*d_v, d_model)
+        gamma_KV=T["kv_a_layernorm.weight"], **latent,
+        eps=1e-6, interleaved=bool(config.get("rope_interleave", True)),
+        rope_scaling=config.get("rope_scaling"))
