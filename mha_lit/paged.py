@@ -13,10 +13,11 @@ slot p % b of block table[p // b]. Sequences that share a prefix share its
 blocks: each block has a reference count, and a shared block is copied
 only when a sequence writes into it (copy-on-write).
 
-The cache only stores. The scores and weights are computed by the
-package's one kernel, as ``KVCache`` computes them: a sequence's rows are
-gathered from its blocks in position order and handed to ``attention``
-(or ``fast.attend``, which calls it).
+The cache adds no arithmetic of its own: it projects new rows with the
+fast path's functions, stores their keys and values, and leaves the
+scores and weights to the package's one kernel, as ``KVCache`` does: a
+sequence's rows are gathered from its blocks in position order and
+handed to ``attention`` (or ``fast.attend``, which calls it).
 
 Letters in shape comments (see ``mha_lit.shapes``): m new rows, n rows
 of a sequence, b rows per block (``block_size``), N blocks in the pool

@@ -268,8 +268,9 @@ def quantized_attention(Q, K, V, mask=None, *, kind: str = "int8",
 
     Book: chapter 18. K and V are quantized and dequantized
     (``key_scales`` per channel and ``value_scales`` per token by default,
-    the choice of KIVI, Liu et al. 2024), then chapter 3's kernel
-    ``attention`` computes H (.., n, d_v) from them, in float64.
+    the layout of KIVI, Liu et al. 2024, which itself quantizes to 2 bits
+    with a scale and a zero point per small group), then chapter 3's
+    kernel ``attention`` computes H (.., n, d_v) from them, in float64.
     """
     K_q = dequantize(*quantize(K, kind, key_scales))  # (.., m, d_k)
     V_q = dequantize(*quantize(V, kind, value_scales))  # (.., m, d_v)

@@ -296,8 +296,8 @@ def test_paged_blocks_draws_every_table_entry_and_pool_block():
                              {labels[q]: cache.length(q) for q in cache.sequences}, 4, 8)
     top, pool = fig.axes
     gids = [p.get_gid() for p in top.patches if p.get_gid()]
-    assert gids == ["table:A:1", "table:A:2", "table:A:3",
-                    "table:fork of A:1", "table:fork of A:2", "table:fork of A:3"]
+    assert gids == ["table:A:0", "table:A:1", "table:A:2",
+                    "table:fork of A:0", "table:fork of A:1", "table:fork of A:2"]
     kinds = [p.get_gid() for p in pool.patches]
     assert kinds == ["block:0:shared", "block:1:shared", "block:2:own", "block:3:own",
                      "block:4:free", "block:5:free", "block:6:free", "block:7:free"]

@@ -546,13 +546,13 @@ def paged_blocks(tables, lengths, block_size: int,
     Book: Part III, chapter 18, "A paged cache". ``tables`` maps a
     sequence's label to its block ids in position order (what
     ``PagedKVCache.block_table`` returns), ``lengths`` the label to its
-    rows. Top: one row per sequence, logical block j (from 1) a box
-    naming its block of the pool, the rows it holds shaded in the
-    sequence's colour. Bottom: the ``num_blocks`` blocks of the pool, in
-    the colour of the one sequence that holds them, hatched grey with
-    the number of sequences when shared, white when free. Artists carry
-    gids "table:<label>:<j>" and "block:<id>:<free|own|shared>". Returns
-    the Figure.
+    rows. Top: one row per sequence, logical block j (from 0, the index
+    of the block table) a box naming its block of the pool, the rows it
+    holds shaded in the sequence's colour. Bottom: the ``num_blocks``
+    blocks of the pool, in the colour of the one sequence that holds
+    them, hatched grey with the number of sequences when shared, white
+    when free. Artists carry gids "table:<label>:<j>" and
+    "block:<id>:<free|own|shared>". Returns the Figure.
     """
     from matplotlib.patches import Rectangle
 
@@ -577,12 +577,12 @@ def paged_blocks(tables, lengths, block_size: int,
             top.add_patch(Rectangle(
                 (j + 0.05, -r - 0.4), 0.9, 0.8, fill=False, lw=1.2,
                 edgecolor="0.2", hatch="//" if refs[block] > 1 else None,
-                gid=f"table:{label}:{j + 1}"))
+                gid=f"table:{label}:{j}"))
             top.text(j + 0.5, -r, str(block), ha="center", va="center",
                      fontsize=9, bbox=_LABEL_BOX)
             owner.setdefault(block, colour)
-    for j in range(longest):  # the logical blocks, from 1
-        top.text(j + 0.5, 0.55, str(j + 1), ha="center", va="bottom",
+    for j in range(longest):  # the logical blocks, from 0
+        top.text(j + 0.5, 0.55, str(j), ha="center", va="bottom",
                  fontsize=8)
     top.text(-0.2, 0.55, "logical block", ha="right", va="bottom",
              fontsize=8)
