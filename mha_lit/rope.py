@@ -27,12 +27,20 @@ Beyond the trained length (chapter 15, "Beyond the trained length"):
 a released model that reads longer texts than it was trained on changes
 its frequencies by a rule written in its ``config.json`` as a
 ``rope_scaling`` dictionary. ``frequencies(d, base, rope_scaling)``
-computes the four rules in use -- "linear" (position interpolation, Chen
-et al. 2023), "dynamic" (NTK-aware scaling of the base, recomputed from
-the current length), "yarn" (Peng et al. 2023) and "llama3" (Llama 3.1)
--- as Hugging Face transformers' ``modeling_rope_utils`` computes them
-(in float64 here); ``attention_factor`` is the factor a rule puts on the
-scores, and ``rotate_scaled`` turns rows with the scaled frequencies.
+computes four of the rules in use -- "linear" (position interpolation,
+Chen et al. 2023), "dynamic" (NTK-aware scaling of the base, recomputed
+from the current length), "yarn" (Peng et al. 2023) and "llama3" (Llama
+3.1) -- with the formulas of recent releases of Hugging Face
+transformers' ``modeling_rope_utils``, in float64 where Hugging Face
+computes in float32. (Hugging Face also has "longrope", Phi-3's, with one
+factor per plane, which is not here. Earlier releases differ for "yarn":
+some ignored mscale and mscale_all_dim, some took L_0 from the config's
+max_position_embeddings, some replaced factor by max_position_embeddings
+/ original_max_position_embeddings.) For "dynamic" Hugging Face reads
+L_0 from the model config's max_position_embeddings, not from the
+dictionary; here the dictionary must carry it, see ``scaling_config``.
+``attention_factor`` is the factor a rule puts on the scores, and
+``rotate_scaled`` turns rows with the scaled frequencies.
 
 Letters in shape comments: n positions, d the width of a row (d_k),
 P = d/2 planes.
@@ -211,6 +219,14 @@ def scaling_config(rope_scaling) -> dict:
     written "rope_type" or, in older configurations, "type". Every number
     the rule needs must be there and make sense (factor >= 1, lengths
     positive integers); an unknown rule or key is refused with its name.
+
+    "dynamic" needs "original_max_position_embeddings", the trained length
+    L_0, in the dictionary. Hugging Face does not read that key for
+    "dynamic": it takes L_0 from the model config's
+    max_position_embeddings, and a released "dynamic" dictionary may carry
+    only "factor". Whoever copies one adds the config's
+    max_position_embeddings to it under "original_max_position_embeddings";
+    the two computations then agree.
     """
     if not isinstance(rope_scaling, dict):
         raise TypeError(f"rope_scaling must be a dict as config.json writes "
@@ -228,8 +244,14 @@ def scaling_config(rope_scaling) -> dict:
     required, optional = SCALING_KEYS[kind]
     for key in required:
         if cfg.get(key) is None:
+            hint = ""
+            if kind == "dynamic" and key == "original_max_position_embeddings":
+                hint = ("; Hugging Face reads this L_0 from the model "
+                        "config's max_position_embeddings, not from "
+                        "rope_scaling: copy that number into the dictionary "
+                        "under 'original_max_position_embeddings'")
             raise ValueError(f"rope_scaling of type {kind!r} needs the key "
-                             f"{key!r}; it has {sorted(rope_scaling)}")
+                             f"{key!r}; it has {sorted(rope_scaling)}{hint}")
     unknown = set(cfg) - set(required) - set(optional)
     if unknown:
         raise ValueError(f"rope_scaling of type {kind!r} does not use the "
@@ -315,7 +337,11 @@ def _dynamic(omega, d, base, cfg, length):
 
     base' = base (s L / L_0 - (s - 1))^(d / (d - 2)), L = max(length, L_0):
     the last plane's wavelength grows by s L / L_0 - (s - 1) and the first
-    plane keeps 1 radian per position.
+    plane keeps 1 radian per position. L_0 is the dictionary's
+    "original_max_position_embeddings"; Hugging Face's
+    _compute_dynamic_ntk_parameters takes it from the model config's
+    max_position_embeddings instead and never reads that key, so the two
+    agree when the dictionary carries the config's max_position_embeddings.
     """
     if length is None:
         raise ValueError("rope_scaling of type 'dynamic' recomputes the "
@@ -336,13 +362,15 @@ def _dynamic(omega, d, base, cfg, length):
 
 
 def _yarn(omega, d, base, cfg, length):
-    """YaRN's frequencies, as Hugging Face's released code computes them.
+    """YaRN's frequencies, as the released code computes them.
 
     Planes that turn more than beta_fast times over the trained length L_0
     keep their frequency, planes that turn fewer than beta_slow times are
     divided by the factor s, and between them a linear ramp over the
     plane index (Peng et al. 2023 ramp over the number of turns r(i); the
-    released code ramps over i between the two rounded boundary planes).
+    released code -- the authors' jquesnelle/yarn and Hugging Face's, which
+    copies it -- ramps over i between the two boundary planes, rounded
+    outward unless the dictionary sets "truncate": false).
     """
     s, L0 = cfg["factor"], cfg["original_max_position_embeddings"]
     fast = cfg.get("beta_fast") or 32

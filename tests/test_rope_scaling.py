@@ -23,7 +23,12 @@ DEEPSEEK_V3 = {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
                "original_max_position_embeddings": 4096}
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
 LINEAR = {"type": "linear", "factor": 4.0}
-DYNAMIC = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8}
+# Hugging Face's "dynamic" reads L0 from the model config's max_position_embeddings, not
+# from rope_scaling; rope.frequencies reads it from the dictionary, so DYNAMIC carries the
+# max_position_embeddings of the config that hf_llama_attention is given
+MAX_POSITION_EMBEDDINGS = 8
+DYNAMIC = {"rope_type": "dynamic", "factor": 2.0,
+           "original_max_position_embeddings": MAX_POSITION_EMBEDDINGS}
 # Llama 3.1's rule with a trained length short enough for 13 positions and base 500
 LLAMA_SMALL = {**LLAMA31, "original_max_position_embeddings": 16}
 RULES = [LLAMA_SMALL, DEEPSEEK_V3, YARN, LINEAR, DYNAMIC]
@@ -113,6 +118,8 @@ def test_yarn_attention_factor():
 @pytest.mark.parametrize("bad, key", [
     ({"rope_type": "llama3", "factor": 8.0}, "low_freq_factor"),
     ({"type": "yarn", "factor": 4}, "original_max_position_embeddings"),
+    # a released "dynamic" dictionary: the message says where Hugging Face finds L0
+    ({"type": "dynamic", "factor": 2.0}, "model config's max_position_embeddings"),
     ({"rope_type": "ntk", "factor": 2}, "rope_type"),
     ({"factor": 2}, "rope_type"),
     ({"type": "linear", "factor": 0.5}, "factor"),
@@ -136,12 +143,13 @@ def test_not_a_dict_and_no_base_are_refused():
         multi_head_attention(np.ones((3, 5)), W, rope_scaling=LINEAR)
 
 
-def hf_llama_attention(X, W, base, cfg):
+def hf_llama_attention(X, W, base, cfg, max_position_embeddings):
     """Hugging Face's LlamaAttention (eager, causal), transcribed: q_proj, k_proj,
     v_proj as (out, in) matrices, cos and sin of cat(freqs, freqs) times the rule's
-    attention scaling, rotate_half, scores / sqrt(head_dim), softmax, o_proj."""
+    attention scaling, rotate_half, scores / sqrt(head_dim), softmax, o_proj.
+    ``max_position_embeddings`` is the model config's, which "dynamic" reads."""
     n, d = X.shape[0], W.d_k
-    inv_freq, scaling = hf_inv_freq(d, base, cfg, n)
+    inv_freq, scaling = hf_inv_freq(d, base, cfg, n, max_position_embeddings)
     freqs = np.arange(n)[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)
     cos, sin = np.cos(emb) * scaling, np.sin(emb) * scaling
@@ -166,14 +174,16 @@ def hf_llama_attention(X, W, base, cfg):
     return out @ W.W_O
 
 
-def hf_inv_freq(d, base, cfg, seq_len):
-    """modeling_rope_utils' four rules, transcribed line by line (float64)."""
+def hf_inv_freq(d, base, cfg, seq_len, max_position_embeddings):
+    """modeling_rope_utils' four rules, transcribed line by line (float64), as in
+    recent releases. ``max_position_embeddings`` is the model config's: "dynamic"
+    reads its L0 there, not from the rope_scaling dictionary."""
     inv = 1.0 / (base ** (np.arange(0, d, 2) / d))
     kind = cfg.get("rope_type", cfg.get("type"))
     if kind == "linear":
         return inv / cfg["factor"], 1.0
     if kind == "dynamic":
-        L0 = cfg["original_max_position_embeddings"]
+        L0 = max_position_embeddings  # config.max_position_embeddings, not cfg's key
         seq_len = max(seq_len, L0)
         b = base * ((cfg["factor"] * seq_len / L0) - (cfg["factor"] - 1)) ** (d / (d - 2))
         return 1.0 / (b ** (np.arange(0, d, 2) / d)), 1.0
@@ -217,7 +227,7 @@ def test_layer_equals_hugging_face_llama_attention(cfg, kv_heads):
                      seed=4)
     X = np.random.default_rng(5).standard_normal((13, 9))
     base = 500.0  # small, so that 13 positions reach the slow planes
-    expect = hf_llama_attention(X, W, base, cfg)
+    expect = hf_llama_attention(X, W, base, cfg, MAX_POSITION_EMBEDDINGS)
     for got in (multi_head_attention(X, W, rope_base=base, rope_scaling=cfg),
                 variants.reference(X, W, rope_base=base, rope_scaling=cfg)):
         np.testing.assert_allclose(got, expect, rtol=0, atol=1e-13)
@@ -329,7 +339,7 @@ def test_rope_scaling_frequencies_draws_each_rule_against_hugging_faces():
     for ax, rule in zip(panels, rules.values()):
         lines = {ln.get_gid(): ln for ln in ax.lines}
         np.testing.assert_allclose(lines["trained"].get_ydata(), trained, rtol=1e-14)
-        expect, _ = hf_inv_freq(d, base, rule, n)  # the transcription above
+        expect, _ = hf_inv_freq(d, base, rule, n, MAX_POSITION_EMBEDDINGS)  # as above
         np.testing.assert_allclose(lines["scaled"].get_ydata(), expect, rtol=1e-13)
         assert list(lines["scaled"].get_xdata()) == list(range(1, d // 2 + 1))
         assert lines["one turn"].get_ydata()[0] == pytest.approx(2 * math.pi / 16)
