@@ -27,9 +27,10 @@ from which W_Q and W_QR compute the queries (``query_rows``); RoPE on
 adjacent pairs of columns (``interleaved``, as the checkpoints store
 W_QR and W_KR); and a ``rope_scaling`` rule (YaRN for DeepSeek-V3: its
 frequencies, chapter 15, and the score scale 1/sqrt(d_k + d_r) times
-mscale^2, ``LatentWeights.score_scale``). ``from_checkpoint`` maps one
-released layer's tensors onto them. Without them (the defaults) the
-queries come from x directly and nothing is normalised.
+yarn_mscale(factor, mscale_all_dim)^2, ``LatentWeights.score_scale``).
+``from_checkpoint`` maps one released layer's tensors onto them.
+Without them (the defaults) the queries come from x directly and
+nothing is normalised.
 
 Two computations give the same Y (``latent_attend``):
 
@@ -798,8 +799,10 @@ def from_checkpoint(tensors, config) -> LatentWeights:
     is the block's); ``interleaved`` is config's "rope_interleave" (true
     if absent, as in Hugging Face's DeepseekV3Config) and
     ``rope_scaling`` config's (refused if its factor is not
-    max_position_embeddings / original_max_position_embeddings, which the
-    released programs read in its place). Run the result with
+    max_position_embeddings / original_max_position_embeddings, which some
+    versions of Hugging Face's rope utilities read in its place; its
+    attention reads "factor", and DeepSeek's code uses its own
+    ``rope_factor``, 40). Run the result with
     ``rope_base=config["rope_theta"]``.
     """
     shapes = checkpoint_shapes(config)
@@ -832,10 +835,12 @@ def from_checkpoint(tensors, config) -> LatentWeights:
 def _check_yarn_factor(config: dict) -> None:
     """Refuse a config whose two readings of YaRN's factor differ.
 
-    Hugging Face's recent code takes max_position_embeddings divided by
-    original_max_position_embeddings for the factor, its earlier code and
-    DeepSeek's take rope_scaling's "factor" (163840 / 4096 = 40 = factor
-    in DeepSeek-V3); ``rope.frequencies`` reads "factor".
+    Some versions of Hugging Face's rope utilities take
+    max_position_embeddings divided by original_max_position_embeddings
+    for the factor of the frequencies; its DeepseekV3Attention takes
+    rope_scaling's "factor" for the score scale, and DeepSeek's code reads
+    neither, using its own ModelArgs.rope_factor, 40 (163840 / 4096 = 40 =
+    factor in DeepSeek-V3); ``rope.frequencies`` reads "factor".
     """
     rs = config.get("rope_scaling") or {}
     longest = config.get("max_position_embeddings")
@@ -847,8 +852,8 @@ def _check_yarn_factor(config: dict) -> None:
         raise ValueError(
             f"config's max_position_embeddings / rope_scaling's "
             f"original_max_position_embeddings = {longest} / {trained} is "
-            f"not rope_scaling's factor {rs['factor']!r}: the released "
-            f"programs read YaRN's factor from one or the other")
+            f"not rope_scaling's factor {rs['factor']!r}: Hugging Face's "
+            f"code reads YaRN's factor from one or the other")
 
 
 def _from_released(T: dict, s: dict, config: dict) -> LatentWeights:
