@@ -32,8 +32,9 @@ Chen et al. 2023), "dynamic" (NTK-aware scaling of the base, recomputed
 from the current length), "yarn" (Peng et al. 2023) and "llama3" (Llama
 3.1) -- with the formulas of recent releases of Hugging Face
 transformers' ``modeling_rope_utils``, in float64 where Hugging Face
-computes in float32. (Hugging Face also has "longrope", Phi-3's, with one
-factor per plane, which is not here. Earlier releases differ for "yarn":
+computes in float32. (Hugging Face also has "longrope", Phi-3's, with two
+lists of one factor per plane, short_factor and long_factor, chosen by the
+length, which is not here. Earlier releases differ for "yarn":
 some ignored mscale and mscale_all_dim, some took L_0 from the config's
 max_position_embeddings, some replaced factor by max_position_embeddings
 / original_max_position_embeddings.) For "dynamic" Hugging Face reads
@@ -370,7 +371,9 @@ def _yarn(omega, d, base, cfg, length):
     plane index (Peng et al. 2023 ramp over the number of turns r(i); the
     released code -- the authors' jquesnelle/yarn and Hugging Face's, which
     copies it -- ramps over i between the two boundary planes, rounded
-    outward unless the dictionary sets "truncate": false).
+    outward (in Hugging Face's, unless the dictionary sets "truncate":
+    false), the lower clamped at 0 and the upper at d - 1, with 0.001
+    added to the upper when the two coincide).
     """
     s, L0 = cfg["factor"], cfg["original_max_position_embeddings"]
     fast = cfg.get("beta_fast") or 32
