@@ -275,7 +275,9 @@ class PagedKVCache:
 
         Q (h, m, d_k), already scaled; K (h_kv, n, d_k), V (h_kv, n, d_v)
         in position order. One new row sees every key: ``attention``
-        itself; more rows go through ``fast.attend`` with the causal rule.
+        itself while its scores fit at once (``fast.choose_sizes``), past
+        that ``fast.attend``'s tiles; more rows go through ``fast.attend``
+        with the causal rule.
         """
         W, n = self.W, K.shape[1]
         block, tile = fast.choose_sizes(len(at), n, W, K.itemsize)

@@ -268,8 +268,9 @@ def quantized_attention(Q, K, V, mask=None, *, kind: str = "int8",
 
     Book: chapter 18. K and V are quantized and dequantized
     (``key_scales`` per channel and ``value_scales`` per token by default,
-    the layout of KIVI, Liu et al. 2024, which itself quantizes to 2 bits
-    with a scale and a zero point per small group), then chapter 3's
+    the layout of KIVI, Liu et al. 2024, which itself quantizes to 2 bits,
+    and to 4 in some of its experiments, with a scale and a zero point per
+    small group), then chapter 3's
     kernel ``attention`` computes H (.., n, d_v) from them, in float64.
     """
     K_q = dequantize(*quantize(K, kind, key_scales))  # (.., m, d_k)
@@ -288,8 +289,10 @@ def multi_head_attention_quantized(X, W: Weights, causal: bool = True, *,
     Book: chapter 18. X (n, d_model) is projected as the fast path
     projects it (``fast.project_heads``, the scale folded into Q); each
     key/value head's K (n, d_k) and V (n, d_v) are quantized and
-    dequantized; each K/V head's query heads attend through the kernel
-    (chapter 14's grouping); Concat W_O. Computed in float64.
+    dequantized, a scale per channel taken over all n rows at once (the
+    whole sequence, as after a prefill); each K/V head's query heads
+    attend through the kernel (chapter 14's grouping); Concat W_O.
+    Computed in float64.
     """
     X = checks.input_rows(X, W)
     if X.ndim != 2:
