@@ -240,6 +240,23 @@ def rope_scaling_frequencies(d: int, base: float, rules: dict, *,
 _UNREACHED, _REACHED, _QUERY_ROW = 0, 1, 2  # cell kinds of the reach figure
 
 
+def _square_grid(ax, n: int) -> None:
+    """An n x n grid of cells, row 1 at the top, labelled from 1 on both
+    axes (every cell up to 20, else about ten labels), keys along the top.
+
+    Book: Part III, chapter 16 (its figures of masks and reach).
+    """
+    ax.set_xlim(0, n)
+    ax.set_ylim(n, 0)
+    ax.set_aspect("equal")
+    step = 1 if n <= 20 else int(np.ceil(n / 10))
+    ticks = np.arange(0, n, step)  # 0-based cells, labelled from 1
+    ax.set_xticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
+    ax.set_yticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+
+
 def sliding_window_reach(n: int, w: int, layers=(1, 2, 3),
                          query: int | None = None) -> plt.Figure:
     """The sliding-window mask and what stacked layers reach, side by side.
@@ -272,15 +289,7 @@ def sliding_window_reach(n: int, w: int, layers=(1, 2, 3),
         kinds[query - 1][R[query - 1]] = _QUERY_ROW  # (n,): the query's row
         ax.pcolormesh(np.arange(n + 1), np.arange(n + 1), kinds, cmap=cmap,
                       vmin=-0.5, vmax=2.5, edgecolors="white", linewidth=1)
-        ax.set_xlim(0, n)
-        ax.set_ylim(n, 0)
-        ax.set_aspect("equal")
-        step = 1 if n <= 20 else int(np.ceil(n / 10))
-        ticks = np.arange(0, n, step)  # 0-based cells, labelled from 1
-        ax.set_xticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
-        ax.set_yticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
-        ax.xaxis.tick_top()
-        ax.xaxis.set_label_position("top")
+        _square_grid(ax, n)
         ax.set_xlabel("input row u" if L > 1 else "key u", fontsize=9)
         ax.set_ylabel("output row t" if L > 1 else "query t", fontsize=9)
         count = int(R[query - 1].sum())
@@ -333,15 +342,7 @@ def sink_band_mask(n: int, w: int, sinks: int,
                       vmin=-0.5, vmax=2.5, edgecolors="white", linewidth=1)
         ax.add_patch(Rectangle((0, query - 1), n, 1, fill=False, lw=2,
                                edgecolor=HIGHLIGHT, gid="query"))
-        ax.set_xlim(0, n)
-        ax.set_ylim(n, 0)
-        ax.set_aspect("equal")
-        step = 1 if n <= 20 else int(np.ceil(n / 10))
-        ticks = np.arange(0, n, step)  # 0-based cells, labelled from 1
-        ax.set_xticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
-        ax.set_yticks(ticks + 0.5, [str(t + 1) for t in ticks], fontsize=7)
-        ax.xaxis.tick_top()
-        ax.xaxis.set_label_position("top")
+        _square_grid(ax, n)
         ax.set_xlabel("key u", fontsize=9)
         ax.set_ylabel("query t", fontsize=9)
         ax.set_title(title, fontsize=9)
