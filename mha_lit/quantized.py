@@ -4,7 +4,9 @@ Book: Part III, chapter 18, "A quantized cache".
 
 A cache can hold each key and value entry in one byte instead of two: an
 8-bit code and, for a whole row or a whole column of a head's K or V, one
-*scale* (a float32). The number the code stands for is code x scale.
+*scale* (a float32). The number a code stands for is the code's own
+number (the integer itself for int8, the E4M3 number its byte encodes)
+times the scale.
 
 - int8, symmetric: codes -127 .. 127, scale = max |entries| / 127, and a
   code is the entry over the scale rounded to the nearest integer.
@@ -18,8 +20,8 @@ A cache can hold each key and value entry in one byte instead of two: an
 
 Scales are per token (one per row of a head's K or V, over its d
 columns) or per channel (one per column, over the n rows). Dequantized
-numbers are computed in float64, where code x scale is exact: a code has
-at most 8 significant bits, a float32 scale 24.
+numbers are computed in float64, where that product is exact: a code's
+number has at most 8 significant bits, a float32 scale 24.
 
 Letters in shape comments: n rows (tokens), d columns (channels) of one
 head's K (d = d_k) or V (d = d_v), m keys, h heads, h_kv key/value
@@ -164,10 +166,12 @@ def quantize(A, kind: str = "int8", scales: str = "token"):
 
 
 def dequantize(codes, scale) -> np.ndarray:
-    """code x scale, (.., n, d) float64: the numbers the codes stand for.
+    """The numbers the codes stand for, (.., n, d) float64.
 
-    Book: chapter 18. int8 codes are integers; uint8 codes are E4M3
-    bytes. Exact in float64: a code has at most 8 significant bits and a
+    Book: chapter 18. Each code's own number times its scale: an int8
+    code is the integer itself; a uint8 code is an E4M3 byte, which
+    stands for the E4M3 number it encodes (byte 0x7E: 448, not 126).
+    Exact in float64: a code's number has at most 8 significant bits and a
     float32 scale 24, so their product has at most 32.
     """
     codes, scale = np.asarray(codes), np.asarray(scale)
