@@ -397,7 +397,9 @@ def rms_norm(z, gamma, eps: float = 1e-6) -> np.ndarray:
     Book: chapter 17, "One row per token", equation (eq-rmsnorm):
     gamma * z / sqrt(mean(z^2) + eps) over the last axis of z (..., d),
     gamma (d,), as Hugging Face's DeepseekV3RMSNorm and DeepSeek's RMSNorm
-    compute it (they in float32, this in the arrays' dtype).
+    compute it (Hugging Face's normalises in float32 and multiplies by
+    gamma in the input's dtype; DeepSeek's calls F.rms_norm on the input's
+    dtype; this computes all of it in the arrays' dtype).
     """
     z = checks.float_array(z, "z")
     gamma = checks.float_array(gamma, "gamma", ndim=1)
