@@ -227,8 +227,12 @@ def rope_scaling_frequencies(d: int, base: float, rules: dict, *,
         ax.grid(alpha=0.3)
     for ax in axes.flat[len(rules):]:
         ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("plane j", fontsize=9)
+    # the lowest panel of each column carries its plane labels (one above
+    # an empty slot of the last row too)
+    for c in range(cols):
+        r = max(r for r in range(rows) if r * cols + c < len(rules))
+        axes[r, c].set_xlabel("plane j", fontsize=9)
+        axes[r, c].tick_params(labelbottom=True)
     for ax in axes[:, 0]:
         ax.set_ylabel(r"$\omega_j$ (radians per position)", fontsize=9)
     axes.flat[0].legend(fontsize=8, loc="lower left")
