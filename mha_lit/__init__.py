@@ -13,11 +13,15 @@ III's ``rope`` (rotary positions), ``latent`` (multi-head latent
 attention and its cache), ``paged`` (a paged cache, blocks from one
 pool) and ``quantized`` (8-bit keys and values); then Part IV's
 ``grad`` (the backward pass), ``flash`` (FlashAttention's backward)
-and ``train`` (a model that learns). ``plots`` draws the figures of
+and ``train`` (a model that learns); then Part V's ``parallel`` (the
+program of one MPI rank: heads split, the sequence split, gradients
+summed, and what the talking costs) and ``ranks`` (the programs real
+ranks run, and ``launch``, which starts them). ``plots`` draws the figures of
 every part; ``checks`` holds the checks at the door of the public
 functions.
 
-``import mha_lit`` needs NumPy only: ``plots`` (matplotlib) and
+``import mha_lit`` needs NumPy only (``mpi4py`` is imported by the ranks
+``ranks.launch`` starts): ``plots`` (matplotlib) and
 ``symbolic`` (SymPy) are imported the first time they are used, as
 ``mha_lit.plots`` or ``from mha_lit import symbolic``.
 """
@@ -32,7 +36,9 @@ from . import (
     masks,
     models,
     paged,
+    parallel,
     quantized,
+    ranks,
     roofline,
     rope,
     trace,
@@ -107,7 +113,9 @@ __all__ = [
     "rope",
     "latent",
     "paged",
+    "parallel",
     "quantized",
+    "ranks",
     "grad",
     "flash",
     "train",

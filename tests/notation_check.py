@@ -288,10 +288,10 @@ def toc_pages() -> list[str]:
 
 
 def page_names(pages: list[str]) -> dict[str, str]:
-    """Page path -> its name for ``where``: ``1``..``21`` for chapters, else a word."""
+    """Page path -> its name for ``where``: ``1``..``24`` for chapters, else a word."""
     names, chapter = {}, 0
     for page in pages:
-        if re.search(r"/part[1234]/", page):
+        if re.search(r"/part[12345]/", page):
             chapter += 1
             names[page] = str(chapter)
         else:
@@ -300,7 +300,7 @@ def page_names(pages: list[str]) -> dict[str, str]:
 
 
 PARTS = {"I": range(1, 9), "II": range(9, 14), "III": range(14, 19),
-         "IV": range(19, 22)}
+         "IV": range(19, 22), "V": range(22, 25)}
 
 
 def where_pages(cell: str) -> set[str]:

@@ -31,7 +31,8 @@ FIRST_TAUGHT = {
     16: {"window", "band", "window_reach"},
     17: {"latent", "LatentWeights", "LatentKVCache", "latent_rows"},
 }
-PART_START = {"part1": 1, "part2": 9, "part3": 14, "part4": 19}
+PART_START = {"part1": 1, "part2": 9, "part3": 14, "part4": 19,
+              "part5": 22}
 INCLUDE = re.compile(r"```\{literalinclude\}\s*(\S+)\s*\n:pyobject:\s*(\S+)")
 
 

@@ -12,6 +12,7 @@
   ``causal_block_grid``, ``roofline``);
 - ``part3``: Part III, chapters 14-18;
 - ``part4``: Part IV, chapters 19-21;
+- ``part5``: Part V, chapters 22-24;
 - ``_style``: the colours and cell helpers they share.
 
 Every function draws with matplotlib and returns a Figure, except
@@ -22,7 +23,7 @@ draw what the other modules compute. Every figure is importable from here:
 ``plots.roofline`` is ``plots.part2.roofline``.
 """
 
-from . import part3, part4
+from . import part3, part4, part5
 from ._style import HIGHLIGHT
 from .interactive import InteractiveHeatmaps, interactive_heatmaps
 from .part1 import (
@@ -60,7 +61,8 @@ __all__ = [
     "flops_vs_length",
     "causal_block_grid",
     "roofline",
-] + part3.__all__ + part4.__all__  # parts 3 and 4 list their own
+] + part3.__all__ + part4.__all__ + part5.__all__  # parts 3-5 list theirs
 
 from .part3 import *  # noqa: E402,F401,F403  (Part III, chapters 14-18)
 from .part4 import *  # noqa: E402,F401,F403  (Part IV, chapters 19-21)
+from .part5 import *  # noqa: E402,F401,F403  (Part V, chapters 22-24)
