@@ -110,6 +110,28 @@ def head_shard(W: Weights, rank: int, ranks: int) -> Weights:
     return Weights(**part)
 
 
+def _on_every_rank(comm, check):
+    """check()'s result; if it raises on any rank, a refusal on all.
+
+    A bad input on one rank would leave the others waiting for it in the
+    next collective: every rank runs its check, the outcomes are
+    gathered, and every rank raises the first rank's error, naming it.
+    """
+    try:
+        result, error = check(), None
+    except (TypeError, ValueError) as e:
+        result, error = None, e
+    errors = comm.allgather(None if error is None
+                            else (type(error), str(error)))
+    failed = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if failed:
+        r, (kind, words) = failed[0]
+        others = [f for f, _ in failed[1:]]
+        also = f" (and on ranks {others})" if others else ""
+        raise kind(f"on rank {r}{also}: {words}")
+    return result
+
+
 def _same_on_every_rank(comm, what: str, value) -> None:
     """Refuse, on every rank, unless ``value`` is the same on all of them."""
     values = comm.allgather(value)
@@ -140,7 +162,7 @@ def tensor_parallel_attention(X, W: Weights, comm,
     causal)`` up to rounding (the parts are summed in another order).
     """
     W = checks.weights(W, "tensor_parallel_attention")
-    X = checks.input_rows(X, W)
+    X = _on_every_rank(comm, lambda: checks.input_rows(X, W))
     _same_on_every_rank(comm, "the shape of X", X.shape)
     shard = head_shard(W, comm.Get_rank(), comm.Get_size())
     Y = _summed(fast.multi_head_attention(X, shard, causal), comm)
@@ -321,9 +343,6 @@ def _ring_positions(comm, m: int, layout: str):
     p, n = len(lengths), sum(lengths)
     if layout not in LAYOUTS:
         raise ValueError(f"layout = {layout!r} is none of {LAYOUTS}")
-    if min(lengths) == 0:
-        raise ValueError(f"every rank needs at least one row; the ranks "
-                         f"hold {lengths} rows")
     if layout == "contiguous":  # blocks in rank order, any sizes
         ends = np.cumsum(lengths)
         starts = ends - np.asarray(lengths)
@@ -355,8 +374,9 @@ def ring_attention(X_block, W: Weights, comm, causal: bool = True, *,
     ``multi_head_attention(X, W, causal)`` up to rounding.
     """
     W = checks.weights(W, "ring_attention")
-    X = checks.token_rows(X_block, W.d_model, "X_block", against="W_Q",
-                          also=f"W_Q is {W.W_Q.shape}")
+    X = _on_every_rank(comm, lambda: checks.token_rows(
+        X_block, W.d_model, "X_block", against="W_Q",
+        also=f"W_Q is {W.W_Q.shape}"))
     X = X.astype(np.result_type(X, W.dtype), copy=False)
     r, p = comm.Get_rank(), comm.Get_size()
     positions, runs = _ring_positions(comm, len(X), layout)
