@@ -153,11 +153,13 @@ def tensor_parallel_attention(X, W: Weights, comm,
                               causal: bool = True) -> np.ndarray:
     """Multi-head attention with the heads split among the ranks.
 
-    Book: chapter 22, "Megatron's split". Every rank holds the whole X
-    (n, d_model) (or a batch (B, n, d_model)) and the whole W, as loaded
-    weights would be; it computes ``multi_head_attention`` with its own
-    heads only (``head_shard``): its part of Concat times its rows of W_O,
-    (n, d_model). One all-reduce sums the parts; b_O is added once. Every
+    Book: chapter 22, "Megatron's split". Every rank is handed the whole
+    X (n, d_model) (or a batch (B, n, d_model)) and the whole W (a
+    deployment would load only its share, ``head_shard(W, r, p)``); it
+    computes ``multi_head_attention`` with its own heads only: its part of
+    Concat times its rows of W_O, (n, d_model). One all-reduce sums the
+    parts; b_O is added once. Before it, two small all-gathers check that
+    X is valid on every rank and has one shape on all of them. Every
     rank returns the whole Y, equal to ``multi_head_attention(X, W,
     causal)`` up to rounding (the parts are summed in another order).
     """
@@ -176,9 +178,11 @@ class TensorParallelKVCache:
     ``KVCache`` of its own heads only (``head_shard``): the keys and values
     of its K/V heads, 1/p of the cache when p divides h_kv. ``step(x)``
     takes the new row x (d_model,) on every rank and returns its output
-    row on every rank, after one all-reduce, equal to ``KVCache(W).step``;
-    ``extend(X)`` does the same for a block of rows (a prompt). Options
-    as ``KVCache``'s (``batch``, ``rope_base``, ``window``).
+    row on every rank, equal to ``KVCache(W).step``: one small
+    all-gather checks that x has one shape on all ranks, then one
+    all-reduce sums the parts; ``extend(X)`` does the same for a block of
+    rows (a prompt). Options as ``KVCache``'s (``batch``, ``rope_base``,
+    ``window``).
     """
 
     def __init__(self, W: Weights, comm, capacity: int = 16, *,
@@ -299,10 +303,10 @@ def _pieces(q_pos, q_runs, k_pos, k_runs, causal: bool):
 
 def ring_work(n: int, ranks: int, layout: str = "contiguous",
               causal: bool = True) -> np.ndarray:
-    """(p, p) scores computed per head: rank r (row) at ring step s.
+    """(p, p) scores computed per head: rank r (row) at ring step j.
 
-    Book: chapter 23, "Work per rank". At step s rank r holds the keys
-    of rank (r - s) mod p; it computes the pieces ``ring_attention``
+    Book: chapter 23, "Work per rank". At step j rank r holds the keys
+    of rank (r - j) mod p; it computes the pieces ``ring_attention``
     computes (``_pieces``: skipped when every key is later, whole when
     straddling the diagonal). Step time is set by the busiest rank.
     """
@@ -311,11 +315,11 @@ def ring_work(n: int, ranks: int, layout: str = "contiguous",
     p = len(blocks)
     work = np.zeros((p, p), dtype=np.int64)
     for r in range(p):
-        for s in range(p):
-            j = (r - s) % p  # the rank whose keys are held
-            work[r, s] = sum((qb - qa) * (kb - ka) for qa, qb, ka, kb, _
-                             in _pieces(blocks[r], runs[r], blocks[j],
-                                        runs[j], causal))
+        for j in range(p):
+            src = (r - j) % p  # the rank whose keys are held
+            work[r, j] = sum((qb - qa) * (kb - ka) for qa, qb, ka, kb, _
+                             in _pieces(blocks[r], runs[r], blocks[src],
+                                        runs[src], causal))
     return work
 
 
@@ -391,13 +395,13 @@ def ring_attention(X_block, W: Weights, comm, causal: bool = True, *,
     mx = np.full((h_kv, g, len(X), 1), -np.inf, X.dtype)
     state = [mx, np.zeros_like(mx), np.zeros((h_kv, g, len(X), W.d_v),
                                              X.dtype)]
-    for s in range(p):
-        src = (r - s) % p  # the rank whose keys and values are held
-        if s < p - 1:  # pass them on while computing with them
+    for j in range(p):
+        src = (r - j) % p  # the rank whose keys and values are held
+        if j < p - 1:  # pass them on while computing with them
             nxt = np.empty((h_kv, len(positions[(src - 1) % p]),
                             W.d_k + W.d_v), X.dtype)
-            recv = comm.Irecv(nxt, source=(r - 1) % p, tag=s)
-            send = comm.Isend(held, dest=(r + 1) % p, tag=s)
+            recv = comm.Irecv(nxt, source=(r - 1) % p, tag=j)
+            send = comm.Isend(held, dest=(r + 1) % p, tag=j)
         for qa, qb, ka, kb, mask in _pieces(q_pos, runs[r], positions[src],
                                             runs[src], causal):
             K = held[:, None, ka:kb, :W.d_k]  # (h_kv, 1, c, d_k)
@@ -409,7 +413,7 @@ def ring_attention(X_block, W: Weights, comm, causal: bool = True, *,
             _online_update(piece, Z, V)
             for a, new in zip(state, piece, strict=True):
                 a[:, :, qa:qb] = new
-        if s < p - 1:
+        if j < p - 1:
             send.Wait()
             recv.Wait()
             held = nxt
@@ -510,8 +514,9 @@ def ring_hidden_block(cfg: ModelSizes, peak_flops: float, bandwidth: float,
     between two blocks of c rows computes c^2 scores and weighted sums
     for h heads, 2 c^2 h (d_k + d_v) FLOPs, half of it under a causal
     mask in a balanced (zigzag) layout, while it passes c rows of
-    h_kv (d_k + d_v) values. The transfer takes no longer when
-    c >= h_kv s pi / (2 h beta), twice that for causal attention.
+    h_kv (d_k + d_v) values of s bytes. At ``peak_flops`` = peak and
+    ``bandwidth`` = beta the transfer takes no longer when
+    c >= h_kv s peak / (2 h beta), twice that for causal attention.
     Returns that c (a real number).
     """
     c = check_config(cfg, ModelSizes, "ring_hidden_block")
@@ -548,9 +553,11 @@ def tensor_parallel_comm_ratio(cfg: ModelSizes, ranks: int,
     Book: chapter 24, "When talking hides behind computing". Per layer
     and token a rank does 2 P / p FLOPs (P = ``layer_weights``) and takes
     part in two all-reduces of d_model values, each sending
-    2 (p - 1) / p d_model s bytes: the ratio 2 (p - 1) d_model s pi /
-    (P beta), whatever the number of tokens; (p - 1) s pi /
-    (6 d_model beta) for a GPT block.
+    2 (p - 1) / p d_model s bytes: at ``peak_flops`` = peak and
+    ``bandwidth`` = beta the ratio is 2 (p - 1) d_model s peak /
+    (P beta), whatever the number of tokens; (p - 1) s peak /
+    (6 d_model beta) for a GPT block. Attention's own products (Q K^T,
+    S V) are left out: they add work, so the ratio is an upper bound.
     """
     c = check_config(cfg, ModelSizes, "tensor_parallel_comm_ratio")
     p = checks.positive_int(ranks, "ranks")
@@ -588,14 +595,19 @@ def fit_alpha_beta(nbytes, seconds) -> tuple[float, float]:
 
     Book: chapter 24, "This machine's links". Least squares on the
     measured one-way times of messages of ``nbytes`` bytes (at least two
-    sizes). alpha is the latency, beta the bandwidth.
+    sizes), each residual divided by its measured time: sizes that span
+    many powers of two then count alike, and the few microseconds of the
+    small messages set alpha instead of vanishing beside the large ones'
+    milliseconds. alpha is the latency, beta the bandwidth.
     """
     x = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
     if x.ndim != 1 or x.shape != t.shape or len(np.unique(x)) < 2:
         raise ValueError(f"nbytes {x.shape} and seconds {t.shape} must be "
                          "two equally long lists with at least two sizes")
-    slope, alpha = np.polyfit(x, t, 1)
+    if not np.all(t > 0):
+        raise ValueError("every measured time must be > 0 seconds")
+    slope, alpha = np.polyfit(x, t, 1, w=1 / t)  # relative residuals
     if not slope > 0:
         raise ValueError(f"the times do not grow with the size (slope "
                          f"{slope:.3g} s/byte): no bandwidth to fit")

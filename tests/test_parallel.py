@@ -339,6 +339,20 @@ def test_all_reduce_counts():
         parallel.fit_alpha_beta([8, 16], [2e-6, 1e-6])
 
 
+def test_fit_alpha_beta_weighs_every_size_alike():
+    """Residuals relative to each time: +-10 % noise keeps alpha's microseconds,
+    which a plain least-squares line loses beside the large messages."""
+    sizes = 4.0 ** np.arange(1, 13)  # 4 bytes to 16 MiB
+    exact = 2e-6 + sizes / 5e9
+    wobble = 1 + 0.1 * np.where(np.arange(12) % 2, 1, -1)  # -10 %, +10 %, ...
+    alpha, beta = parallel.fit_alpha_beta(sizes, exact * wobble)
+    assert 1.5e-6 < alpha < 2.5e-6 and 4e9 < beta < 6e9
+    _, plain_alpha = np.polyfit(sizes, exact * wobble, 1)
+    assert not 1.5e-6 < plain_alpha < 2.5e-6
+    with pytest.raises(ValueError, match="> 0 seconds"):
+        parallel.fit_alpha_beta([8, 16], [0.0, 1e-6])
+
+
 def test_communication_of_published_models():
     gpt3 = models.MODELS["gpt3-175b"].config
     llama = models.MODELS["llama3-8b"].config

@@ -526,3 +526,168 @@ def test_one_hot_product_refuses_non_matrices(O, E, X):
     shapes = ", ".join(str(np.shape(a)) for a in (O, E, X))
     with pytest.raises(ValueError, match=re.escape(f"O, E, X must be matrices, got shapes {shapes}")):
         plots.one_hot_product(O, E, X)
+
+
+# --- Part V, chapter 22: what each rank holds -------------------------------------------------
+
+def _split_steps(p, heads=None):
+    """The steps of chapter 22's figure for the running example on p ranks."""
+    heads = p if heads is None else heads
+    share = heads // p
+    return [("", [("$X$", (3, 5))] * p),
+            ("", [(f"$W_Q^{{({r})}}$", (5, 7 * share)) for r in range(p)]),
+            ("→", [(f"$H^{{({r})}}$", (3, 11 * share)) for r in range(p)]),
+            ("×", [(f"$W_O^{{({r})}}$", (11 * share, 5)) for r in range(p)])]
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_head_split_ranks_draws_one_cell_per_entry_in_every_lane(p):
+    fig = plots.head_split_ranks(_split_steps(p), ("$Y$", (3, 5)), after="+ $b_O$")
+    gids = [r.get_gid() for r in fig.axes[0].patches]
+    own = 35 + 33 + 55  # W_Q^(r), H^(r), W_O^(r): each rank's own arrays
+    if p == 1:  # one rank holds everything whole
+        assert gids.count("whole") == 15 + own and gids.count("share") == 0
+    else:
+        assert gids.count("whole") == p * 15  # X, the same on every rank
+        assert gids.count("share") == p * own
+    assert gids.count("total") == p * 15  # Y on every rank, after the sum
+    assert gids.count("allreduce") == 1
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("3 × 5") == 2 * p and texts.count("+ $b_O$") == p
+    assert [t for t in texts if t.startswith("rank ")] == [f"rank {r}" for r in range(p)]
+
+
+def test_head_split_ranks_refuses_uneven_steps_and_bad_shapes():
+    steps = _split_steps(2)
+    steps[1] = ("", steps[1][1][:1])  # one array for two ranks
+    with pytest.raises(ValueError, match=r"one array per rank.*\[2, 1, 2, 2\]"):
+        plots.head_split_ranks(steps, ("$Y$", (3, 5)))
+    with pytest.raises(ValueError, match="step 0, rank 1: a shape is"):
+        plots.head_split_ranks([("", [("$X$", (3, 5)), ("$X$", 3)])], ("$Y$", (3, 5)))
+    with pytest.raises(ValueError, match="total: 3 x 50 cannot be drawn"):
+        plots.head_split_ranks(_split_steps(1), ("$Y$", (3, 50)))
+    with pytest.raises(ValueError, match="3 lane names for 2 ranks"):
+        plots.head_split_ranks(_split_steps(2), ("$Y$", (3, 5)), lanes=["a", "b", "c"])
+
+
+# --- Part V, chapter 23: ring attention --------------------------------------------------
+
+
+@pytest.mark.parametrize("n, p", [(1024, 4), (10, 3), (7, 1), (16, 2)])
+def test_ring_work_grid_draws_the_counts_and_each_steps_busiest_rank(n, p):
+    from mha_lit import parallel
+
+    works = {layout: parallel.ring_work(n, p, layout) for layout in parallel.LAYOUTS}
+    fig = plots.ring_work_grid(works)
+    assert len(fig.axes) == 2
+    for ax, (layout, w) in zip(fig.axes, works.items()):
+        drawn = np.asarray(ax.images[0].get_array())
+        assert np.array_equal(drawn, np.vstack([w, w.max(axis=0)]))  # ranks, then busiest
+        texts = _texts(ax)
+        assert sorted(texts) == sorted(f"{v:,d}" for v in drawn.ravel())
+        assert ax.get_title() == f"{layout}: sum of busiest = {w.max(axis=0).sum():,}"
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels == [f"rank {r}" for r in range(p)] + ["busiest"]
+
+
+def test_ring_work_grid_refuses_counts_of_other_shapes():
+    with pytest.raises(ValueError, match=r"\(p, p\) array.*\(2, 3\)"):
+        plots.ring_work_grid({"a": np.zeros((2, 2), int), "b": np.zeros((2, 3), int)})
+    with pytest.raises(ValueError, match="integers >= 0"):
+        plots.ring_work_grid({"a": -np.ones((2, 2), int)})
+    with pytest.raises(ValueError, match="at least one layout"):
+        plots.ring_work_grid({})
+
+
+@pytest.mark.parametrize("n, p", [(16, 4), (10, 4), (5, 2), (3, 1)])
+def test_ring_steps_names_the_held_block_hatches_skipped_cells_and_draws_the_sends(n, p):
+    from mha_lit import parallel
+
+    layouts = {layout: parallel.sequence_blocks(n, p, layout) for layout in parallel.LAYOUTS}
+    fig = plots.ring_steps(layouts)
+    assert len(fig.axes) == 2
+    for ax, blocks in zip(fig.axes, layouts.values()):
+        arrows = [t for t in ax.texts if isinstance(t, matplotlib.text.Annotation)]
+        held = [t.get_text() for t in ax.texts if t not in arrows]
+        assert len(held) == p * p
+        cells = [q for q in ax.patches if q.get_gid() in ("held", "skipped")]
+        assert len(cells) == p * p
+        for text, cell in zip(held, cells):  # drawn rank by rank, step by step
+            r, s = round(cell.get_y() + 0.4), round(cell.get_x() + 0.45)
+            j = (r - s) % p
+            assert text.startswith(f"K, V of rank {j}\n")
+            skipped = blocks[j].min() > blocks[r].max()  # every key after every query
+            assert (cell.get_gid() == "skipped") == skipped
+            assert text.endswith("(nothing to compute)") == skipped
+        sends = [t for t in arrows if t.get_gid() == "send"]
+        assert len(sends) == (p - 1) * p  # p - 1 passes of p blocks
+        assert len(arrows) == len(sends) + (p - 1)  # and p - 1 arrive at rank 0
+    first = [t.get_text() for t in fig.axes[1].get_yticklabels()][0]
+    assert first.startswith("rank 0\nqueries 0")
+
+
+def test_ring_steps_refuses_layouts_of_different_rank_counts():
+    with pytest.raises(ValueError, match="same number of ranks"):
+        plots.ring_steps({"a": [np.arange(2)], "b": [np.arange(1), np.arange(1, 2)]})
+    with pytest.raises(ValueError, match="same number of ranks"):
+        plots.ring_steps({"a": [np.arange(2), np.arange(0)]})
+
+
+# --- Part V, chapter 24: the cost of talking ---------------------------------------------------
+
+def test_comm_compute_ratio_one_colour_per_model_one_style_per_link():
+    x = np.array([2.0, 4.0, 8.0])
+    panels = [("left", "ranks", {"A, fast": (x, x / 10), "A, slow": (x, x),
+                                 "B, fast": (x, x / 20)}),
+              ("right", "rows", {"B, slow": (x, 1 / x), "A, fast": (x, 2 / x)})]
+    fig = plots.comm_compute_ratio(panels)
+    assert len(fig.axes) == 2
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.get_lines()}
+    assert {g for g in lines if g != "break-even"} == {
+        "left:A, fast", "left:A, slow", "left:B, fast", "right:B, slow", "right:A, fast"}
+    assert [ln.get_gid() for ax in fig.axes for ln in ax.get_lines()].count("break-even") == 2
+    colour = {g: lines[g].get_color() for g in lines if g != "break-even"}
+    assert colour["left:A, fast"] == colour["left:A, slow"] == colour["right:A, fast"]
+    assert colour["left:B, fast"] == colour["right:B, slow"] != colour["left:A, fast"]
+    style = {g: lines[g].get_linestyle() for g in colour}
+    assert style["left:A, fast"] == style["left:B, fast"] == style["right:A, fast"] == "-"
+    assert style["left:A, slow"] == style["right:B, slow"] == "--"
+    assert np.allclose(lines["left:A, slow"].get_ydata(), x)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "A, fast", "A, slow", "B, fast", "B, slow"]  # each label once
+    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in fig.axes)
+
+
+def test_comm_compute_ratio_refuses_bad_curves():
+    x = np.array([1.0, 2.0])
+    with pytest.raises(ValueError, match="'<model>, <link>'"):
+        plots.comm_compute_ratio([("t", "x", {"no link": (x, x)})])
+    with pytest.raises(ValueError, match="<= 0"):
+        plots.comm_compute_ratio([("t", "x", {"A, b": (x, [1.0, 0.0])})])
+    with pytest.raises(ValueError, match="shapes"):
+        plots.comm_compute_ratio([("t", "x", {"A, b": (x, [1.0])})])
+    with pytest.raises(ValueError, match="at least one"):
+        plots.comm_compute_ratio([])
+
+
+def test_alpha_beta_fit_draws_measured_points_and_model_lines_in_one_colour():
+    from mha_lit import parallel
+
+    sizes = np.array([4.0, 64.0, 1024.0, 2.0**20])
+    times = parallel.alpha_beta_time(sizes, 3e-6, 5e9)
+    fig = plots.alpha_beta_fit({"ping": (sizes, times * 1.1), "ar": (sizes, times * 3)},
+                               {"ping": (sizes, times),
+                                "ar": (sizes, parallel.all_reduce_time(sizes, 2, 3e-6, 5e9))})
+    ax = fig.axes[0]
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.get_lines()}
+    assert set(lines) == {"measured:ping", "predicted:ping", "measured:ar", "predicted:ar"}
+    assert lines["measured:ping"].get_linestyle() == "None"  # dots, no line
+    assert lines["measured:ping"].get_marker() == "o"
+    assert lines["measured:ping"].get_color() == lines["predicted:ping"].get_color()
+    assert lines["measured:ar"].get_color() != lines["measured:ping"].get_color()
+    assert np.allclose(lines["predicted:ping"].get_ydata(), times)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="<= 0"):
+        plots.alpha_beta_fit({"a": (sizes, -times)}, {})
+    with pytest.raises(ValueError, match="at least one"):
+        plots.alpha_beta_fit({}, {})
