@@ -111,10 +111,14 @@ def _max():
     return MPI.MAX
 
 
+WARM_UP = 5  # round trips of each size not counted: buffers, caches, pages
+
+
 def ping_pong(comm, sizes, repeats=20):
     """Chapter 24: one-way time of a message of each size, rank 0 <-> 1.
 
-    Half of the median round trip, for each size in bytes. Ranks past 1
+    Half of the median round trip, for each size in bytes, after WARM_UP
+    uncounted ones. Ranks past 1
     wait. Returns the times on rank 0, None elsewhere.
     """
     if comm.Get_size() < 2:
@@ -125,7 +129,7 @@ def ping_pong(comm, sizes, repeats=20):
     for size in sizes:
         buf = np.zeros(int(size), np.uint8)
         trips = []
-        for _ in range(repeats + 2):  # two to warm up
+        for _ in range(repeats + WARM_UP):  # the first ones warm up
             comm.Barrier()
             t0 = time.perf_counter()
             if r == 0:
@@ -135,7 +139,7 @@ def ping_pong(comm, sizes, repeats=20):
                 comm.Recv(buf, source=0)
                 comm.Send(buf, dest=0)
             trips.append(time.perf_counter() - t0)
-        out.append(float(np.median(trips[2:])) / 2)
+        out.append(float(np.median(trips[WARM_UP:])) / 2)
     return out if r == 0 else None
 
 

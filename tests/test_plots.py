@@ -613,10 +613,10 @@ def test_ring_steps_names_the_held_block_hatches_skipped_cells_and_draws_the_sen
         cells = [q for q in ax.patches if q.get_gid() in ("held", "skipped")]
         assert len(cells) == p * p
         for text, cell in zip(held, cells):  # drawn rank by rank, step by step
-            r, s = round(cell.get_y() + 0.4), round(cell.get_x() + 0.45)
-            j = (r - s) % p
-            assert text.startswith(f"K, V of rank {j}\n")
-            skipped = blocks[j].min() > blocks[r].max()  # every key after every query
+            r, j = round(cell.get_y() + 0.4), round(cell.get_x() + 0.45)  # rank, step
+            src = (r - j) % p  # r', whose block rank r holds at step j
+            assert text.startswith(f"K, V of rank {src}\n")
+            skipped = blocks[src].min() > blocks[r].max()  # every key after every query
             assert (cell.get_gid() == "skipped") == skipped
             assert text.endswith("(nothing to compute)") == skipped
         sends = [t for t in arrows if t.get_gid() == "send"]

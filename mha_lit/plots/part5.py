@@ -155,7 +155,7 @@ def ring_work_grid(works) -> plt.Figure:
 
     Book: Part V, chapter 23 "Splitting the sequence", "Work per rank".
     ``works`` maps a layout's name to its (p, p) counts, rank r (row) at
-    ring step s (column), as ``parallel.ring_work`` returns them. Below
+    ring step j (column), as ``parallel.ring_work`` returns them. Below
     the ranks a last row, ``busiest``, holds each step's largest count
     (the rank the others wait for); the title gives their sum, the
     critical path. Every cell is labelled with its count. Returns the
@@ -184,7 +184,7 @@ def ring_work_grid(works) -> plt.Figure:
         ax.axhline(p - 0.5, color="white", lw=4)
         ax.set_title(f"{name}: sum of busiest = {int(busiest.sum()):,}",
                      fontsize=10)
-        ax.set_xticks(range(p), [f"step {s}" for s in range(p)])
+        ax.set_xticks(range(p), [f"step {j}" for j in range(p)])
         ax.set_yticks(range(p + 1),
                       [f"rank {r}" for r in range(p)] + ["busiest"])
         ax.tick_params(length=0, labelsize=9)
@@ -211,13 +211,15 @@ def ring_steps(layouts) -> plt.Figure:
     Book: Part V, chapter 23 "Splitting the sequence", "What each rank
     holds". ``layouts`` maps a layout's name to the positions each rank
     holds (``parallel.sequence_blocks``, a list of p arrays, ranks counted
-    from 0). Cell (r, s) is rank r at step s: it holds the keys and values
-    of rank (r - s) mod p, coloured by that rank, with their positions.
-    A cell whose keys all come after all of rank r's queries has nothing
-    to compute under the causal mask: it is hatched (gid "skipped").
-    Arrows (gid "send") show each block passed from rank r at step s to
-    rank r + 1 at step s + 1; from the last rank it goes to rank 0
-    (marked by a half arrow out of the last row and one into the first).
+    from 0). Cell (r, j) is rank r at step j: it holds the keys and values
+    of rank r' = (r - j) mod p, coloured by that rank, with their
+    positions. A cell whose keys all come after all of rank r's queries
+    has nothing to compute under the causal mask: it is hatched (gid
+    "skipped").
+    Arrows (gid "send") show each block passed from rank r at step j to
+    rank r + 1 at step j + 1, for j < p - 1 (nothing moves after the last
+    step); from the last rank it goes to rank 0 (marked by a half arrow
+    out of the last row and one into the first).
     Returns the Figure.
     """
     panels = {str(k): [np.asarray(b) for b in v]
@@ -244,33 +246,33 @@ def _ring_panel(ax, name: str, blocks, colours) -> None:
     """One panel of ``ring_steps``: p ranks (rows) by p steps (columns)."""
     p = len(blocks)
     for r in range(p):
-        for s in range(p):
-            j = (r - s) % p  # whose keys and values rank r holds
-            skipped = blocks[j].min() > blocks[r].max()
+        for j in range(p):
+            src = (r - j) % p  # r': whose keys and values rank r holds
+            skipped = blocks[src].min() > blocks[r].max()
             ax.add_patch(plt.Rectangle(
-                (s - 0.45, r - 0.4), 0.9, 0.8, facecolor=colours[j % 9],
+                (j - 0.45, r - 0.4), 0.9, 0.8, facecolor=colours[src % 9],
                 edgecolor="#aaaaaa", lw=0.8, hatch="//" if skipped else None,
                 gid="skipped" if skipped else "held"))
-            text = f"K, V of rank {j}\n{_position_runs(blocks[j])}"
-            ax.text(s, r, text + ("\n(nothing to compute)" if skipped
+            text = f"K, V of rank {src}\n{_position_runs(blocks[src])}"
+            ax.text(j, r, text + ("\n(nothing to compute)" if skipped
                                   else ""), ha="center", va="center",
                     fontsize=8, bbox=dict(facecolor="white", alpha=0.8,
                                           lw=0) if skipped else None)
     style = dict(arrowstyle="-|>", color=HIGHLIGHT, lw=1.5,
                  mutation_scale=12)
-    for s in range(p - 1):
+    for j in range(p - 1):  # no transfer after the last step
         for r in range(p - 1):
-            ax.annotate("", xy=(s + 0.7, r + 0.63),
-                        xytext=(s + 0.3, r + 0.37), arrowprops=style,
+            ax.annotate("", xy=(j + 0.7, r + 0.63),
+                        xytext=(j + 0.3, r + 0.37), arrowprops=style,
                         gid="send")
         # the last rank's block goes round to rank 0
-        ax.annotate("", xy=(s + 0.5, p - 0.47), xytext=(s + 0.3, p - 0.63),
+        ax.annotate("", xy=(j + 0.5, p - 0.47), xytext=(j + 0.3, p - 0.63),
                     arrowprops=style, gid="send")
-        ax.annotate("", xy=(s + 0.7, -0.37), xytext=(s + 0.5, -0.53),
+        ax.annotate("", xy=(j + 0.7, -0.37), xytext=(j + 0.5, -0.53),
                     arrowprops=style, gid="send-arrives")
     ax.set_xlim(-0.55, p - 0.45)
     ax.set_ylim(p - 0.45, -0.55)
-    ax.set_xticks(range(p), [f"step {s}" for s in range(p)])
+    ax.set_xticks(range(p), [f"step {j}" for j in range(p)])
     ax.set_yticks(range(p), [f"rank {r}\nqueries {_position_runs(b)}"
                              for r, b in enumerate(blocks)])
     ax.tick_params(length=0, labelsize=8)
