@@ -65,13 +65,15 @@ def tensor_parallel(comm, X, W, causal=True):
 def tensor_parallel_decode(comm, X, W, prompt=1):
     """Chapter 22: prefill ``prompt`` rows, then one row at a time.
 
-    Returns the output rows (n, d_model) and the shape of the keys this
-    rank's cache holds, (h_kv of the rank, positions, d_k).
+    Returns the output rows (n, d_model) and the shapes of the keys and
+    values this rank's cache holds, (h_kv of the rank, positions, d_k)
+    and (h_kv of the rank, positions, d_v).
     """
     cache = parallel.TensorParallelKVCache(W, comm, capacity=len(X))
     rows = [cache.extend(X[:prompt])]
     rows += [cache.step(x)[None] for x in X[prompt:]]
-    return {"Y": np.concatenate(rows), "keys": cache.cache.keys.shape}
+    return {"Y": np.concatenate(rows), "keys": cache.cache.keys.shape,
+            "values": cache.cache.values.shape}
 
 
 def ring(comm, X, W, causal=True, layout="contiguous"):
