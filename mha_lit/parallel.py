@@ -432,26 +432,27 @@ def data_parallel_grads(G, tokens, targets, comm, counted=None):
     Book: chapter 24, "Data parallelism". Every rank holds the same
     weights G and its own sequences (tokens, targets (B_r, n), and
     ``counted`` as ``grad.loss_and_grads`` takes it). Each rank's loss is a
-    mean over its N_r counted positions, so the whole batch's gradient is
-    sum_r N_r dG_r / sum_r N_r: one all-reduce of the weighted gradients
-    (all arrays in one buffer) and one of the counts. Returns (loss, dG)
-    on every rank, equal to ``loss_and_grads`` on all the sequences.
+    mean over its |C_r| counted positions, so the whole batch's gradient
+    is sum_r |C_r| dG_r / sum_r |C_r|: one all-reduce of one buffer that
+    holds the weighted gradients, the weighted loss and |C_r|. Returns
+    (loss, dG) on every rank, equal to ``loss_and_grads`` on all the
+    sequences up to rounding.
     """
     loss, dG = grad.loss_and_grads(G, tokens, targets, counted)
     t = np.asarray(tokens)
     shape = t.reshape(-1, t.shape[-1]).shape  # (B_r, n)
-    N = (shape[0] * shape[1] if counted is None else
-         int(np.broadcast_to(np.asarray(counted, bool), shape).sum()))
+    counts = (shape[0] * shape[1] if counted is None else
+              int(np.broadcast_to(np.asarray(counted, bool), shape).sum()))
     arrays = train.parameters(dG)
     flat = np.concatenate([a.ravel() for a in arrays.values()] + [
-        np.array([loss, 1.0])]) * N  # last two: N_r loss, N_r
+        np.array([loss, 1.0])]) * counts  # last two: |C_r| loss, |C_r|
     total = _summed(flat, comm)
-    N_all = total[-1]
+    counted_all = total[-1]  # |C|, the whole batch's counted positions
     out, at = {}, 0
     for name, a in arrays.items():
-        out[name] = (total[at:at + a.size] / N_all).reshape(a.shape)
+        out[name] = (total[at:at + a.size] / counted_all).reshape(a.shape)
         at += a.size
-    return float(total[-2] / N_all), train.with_parameters(G, out)
+    return float(total[-2] / counted_all), train.with_parameters(G, out)
 
 
 # --- chapter 24: the cost of talking -----------------------------------------
@@ -468,16 +469,24 @@ def all_reduce_bytes(nbytes: float, ranks: int) -> float:
     return 2 * (p - 1) / p * nbytes
 
 
+def _splittable(c: ModelSizes, ranks: int) -> None:
+    """Refuse a head split ``head_shares`` refuses (MLA: by query heads)."""
+    kv = c.heads if c.attention_kind == "MLA" else c.kv_heads
+    head_shares(c.heads, kv, ranks)
+
+
 def tensor_parallel_bytes(cfg: ModelSizes, tokens: int, ranks: int,
                           bytes_per_value: float = 2) -> float:
     """Bytes one rank sends per layer, forward, with Megatron's split.
 
     Book: chapter 24. Two all-reduces of a (tokens, d_model) array per
     layer: after attention's W_O and after the feed-forward net's second
-    matrix (Shoeybi et al. 2019, section 3).
+    matrix (Shoeybi et al. 2019, section 3). Ranks that cannot split the
+    heads (``head_shares``) are refused.
     """
     c = check_config(cfg, ModelSizes, "tensor_parallel_bytes")
     t = checks.positive_int(tokens, "tokens")
+    _splittable(c, ranks)
     return 2 * all_reduce_bytes(t * c.d_model * bytes_per_value, ranks)
 
 
@@ -511,17 +520,17 @@ def ring_hidden_block(cfg: ModelSizes, peak_flops: float, bandwidth: float,
     """Rows per block from which a ring step's transfer hides behind it.
 
     Book: chapter 24, "When talking hides behind computing". A step
-    between two blocks of c rows computes c^2 scores and weighted sums
-    for h heads, 2 c^2 h (d_k + d_v) FLOPs, half of it under a causal
-    mask in a balanced (zigzag) layout, while it passes c rows of
-    h_kv (d_k + d_v) values of s bytes. At ``peak_flops`` = peak and
+    between two blocks of n_r rows computes n_r^2 scores and weighted
+    sums for h heads, 2 n_r^2 h (d_k + d_v) FLOPs, half of it under a
+    causal mask in a balanced (zigzag) layout, while it passes n_r rows
+    of h_kv (d_k + d_v) values of s bytes. At ``peak_flops`` = peak and
     ``bandwidth`` = beta the transfer takes no longer when
-    c >= h_kv s peak / (2 h beta), twice that for causal attention.
-    Returns that c (a real number).
+    n_r >= h_kv s peak / (2 h beta), twice that for causal attention.
+    Returns that n_r (a real number).
     """
     c = check_config(cfg, ModelSizes, "ring_hidden_block")
     h_kv = _heads_passed(c, "ring_hidden_block")
-    work = 0.5 if causal else 1.0  # share of the c x c pairs computed
+    work = 0.5 if causal else 1.0  # share of the n_r x n_r pairs
     return h_kv * bytes_per_value * peak_flops / (
         2 * work * c.heads * bandwidth)
 
@@ -555,12 +564,15 @@ def tensor_parallel_comm_ratio(cfg: ModelSizes, ranks: int,
     part in two all-reduces of d_model values, each sending
     2 (p - 1) / p d_model s bytes: at ``peak_flops`` = peak and
     ``bandwidth`` = beta the ratio is 2 (p - 1) d_model s peak /
-    (P beta), whatever the number of tokens; (p - 1) s peak /
+    (P beta), whatever the number of tokens (latency left out: the
+    4 (p - 1) alpha of a layer dominate at few tokens); (p - 1) s peak /
     (6 d_model beta) for a GPT block. Attention's own products (Q K^T,
     S V) are left out: they add work, so the ratio is an upper bound.
+    Ranks that cannot split the heads (``head_shares``) are refused.
     """
     c = check_config(cfg, ModelSizes, "tensor_parallel_comm_ratio")
     p = checks.positive_int(ranks, "ranks")
+    _splittable(c, p)
     return (2 * (p - 1) * c.d_model * bytes_per_value * peak_flops
             / (layer_weights(c) * bandwidth))
 

@@ -149,6 +149,7 @@ def test_tensor_parallel_decoding_equals_the_one_rank_cache(p):
     for o in out:
         assert np.allclose(o["Y"], want, rtol=0, atol=TOL)
         assert o["keys"] == (max(2 // p, 1), 11, 4)
+        assert o["values"] == (max(2 // p, 1), 11, 6)
 
 
 def test_tensor_parallel_decoding_of_a_batch_with_rotary_keys_and_window():
@@ -366,6 +367,12 @@ def test_communication_of_published_models():
     assert ratio == pytest.approx(7 * 2 * 989e12 / (6 * 12288 * 450e9))
     assert parallel.ring_hidden_block(llama, 989e12, 450e9, causal=False) \
         == pytest.approx(8 * 2 * 989e12 / (2 * 32 * 450e9))
+    with pytest.raises(ValueError, match="heads = 96 cannot be split among "
+                                         "ranks = 64"):
+        parallel.tensor_parallel_comm_ratio(gpt3, 64, 989e12, 450e9)
+    with pytest.raises(ValueError, match="heads = 32 cannot be split among "
+                                         "ranks = 64"):
+        parallel.tensor_parallel_bytes(llama, 2048, 64)
     deepseek = models.MODELS["deepseek-v3"].config
     with pytest.raises(ValueError, match="MLA"):
         parallel.ring_bytes(deepseek, 1024, 2)
