@@ -3,10 +3,12 @@
 Book: Part V. Chapter 22 "Splitting the heads" (``head_shares``,
 ``head_shard``, ``tensor_parallel_attention``, ``TensorParallelKVCache``,
 ``tensor_parallel_cache_bytes``), chapter 23 "Splitting the sequence"
-(``sequence_blocks``, ``ring_attention``, ``ring_work``) and chapter 24
-"The cost of talking" (``all_reduce_bytes``, ``tensor_parallel_bytes``,
-``ring_bytes``, ``ring_hidden_block``, ``fit_alpha_beta``,
-``all_reduce_time``, ``LINKS``, ``data_parallel_grads``).
+(``sequence_blocks``, ``ring_attention``, ``_online_update``,
+``ring_work``) and chapter 24 "The cost of talking" (``all_reduce_bytes``,
+``all_reduce_time``, ``tensor_parallel_bytes``, ``ring_bytes``,
+``layer_weights``, ``tensor_parallel_comm_ratio``, ``ring_hidden_block``,
+``LINKS``, ``fit_alpha_beta``, ``alpha_beta_time``,
+``data_parallel_grads``).
 
 Every function here is the program of ONE rank: it is handed an MPI
 communicator ``comm`` (``mpi4py.MPI.Comm``: ``comm.Get_rank()`` is this
@@ -18,8 +20,9 @@ imports ``mpi4py``: the communicator's own methods are all it uses, so
 ``import mha_lit`` still needs NumPy only.
 
 A refusal (heads that do not divide among the ranks, blocks of the wrong
-size) is raised on every rank alike, from numbers every rank knows, so no
-rank is left waiting for a partner that gave up.
+size, an input that is bad on one rank) is raised on every rank alike:
+from numbers every rank knows, or after the ranks have gathered each
+other's checks, so no rank is left waiting for a partner that gave up.
 
 Letters in shape comments (see ``mha_lit.shapes``): n tokens, d_model,
 d_k, d_v, h heads, h_kv key/value heads, g = h / h_kv; p ranks, r this
