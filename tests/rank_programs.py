@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from mha_lit import parallel
+from mha_lit import parallel, ranks
 
 
 def fail_on_rank_1(comm):
@@ -60,3 +60,15 @@ def padded_prefill(comm, X, W, key_mask):
     """extend with a key_mask on a batched TensorParallelKVCache."""
     cache = parallel.TensorParallelKVCache(W, comm, batch=X.shape[0])
     return cache.extend(X, key_mask)
+
+
+def ring_cases(comm, X, W):
+    """ranks.ring for every (causal, layout), in one launch: (rows, Y) each."""
+    return {(causal, layout): ranks.ring(comm, X, W, causal, layout)
+            for causal in (True, False) for layout in parallel.LAYOUTS}
+
+
+def tensor_parallel_cases(comm, X, W):
+    """tensor_parallel_attention, causal and not, in one launch."""
+    return {causal: parallel.tensor_parallel_attention(X, W, comm, causal)
+            for causal in (True, False)}

@@ -110,13 +110,16 @@ def test_head_shard_shapes_and_refusals():
 def test_tensor_parallel_equals_one_process(dims, ranks):
     W = init_weights(dims, 3, biases=True)
     X = _rows(9, 1, dims.d_model)
-    for causal in (True, False):
-        Y = multi_head_attention(X, W, causal)
-        for p in ranks:
-            out = _run("tensor_parallel", p, X=X, W=W, causal=causal)
-            assert len(out) == p
-            for Yr in out:
-                assert np.allclose(Yr, Y, rtol=0, atol=TOL)
+    for p in ranks:
+        out = _run("tests.rank_programs:tensor_parallel_cases", p, X=X, W=W)
+        assert len(out) == p
+        for causal in (True, False):
+            Y = multi_head_attention(X, W, causal)
+            for cases in out:
+                assert np.allclose(cases[causal], Y, rtol=0, atol=TOL)
+    assert np.allclose(_run("tensor_parallel", 2 if dims.heads % 2 == 0
+                            else 1, X=X, W=W)[0],
+                       multi_head_attention(X, W), rtol=0, atol=TOL)
 
 
 def test_tensor_parallel_refusal_is_raised_on_every_rank():
@@ -192,15 +195,18 @@ def _assembled(out, n, d_model):
 def test_ring_equals_one_process(dims, n, ranks):
     W = init_weights(dims, 2, biases=True)
     X = _rows(n, 3, dims.d_model)
-    for causal in (True, False):
-        Y = multi_head_attention(X, W, causal)
-        for p in ranks:
-            for layout in parallel.LAYOUTS:
-                out = _run("ring", p, X=X, W=W, causal=causal, layout=layout)
-                rows = np.concatenate([o["rows"] for o in out])
-                assert sorted(rows) == list(range(n))
-                assert np.allclose(_assembled(out, n, dims.d_model), Y,
-                                   rtol=0, atol=TOL)
+    for p in ranks:
+        out = _run("tests.rank_programs:ring_cases", p, X=X, W=W)
+        for (causal, layout), _ in out[0].items():
+            per_rank = [cases[causal, layout] for cases in out]
+            rows = np.concatenate([o["rows"] for o in per_rank])
+            assert sorted(rows) == list(range(n)), layout
+            assert np.allclose(_assembled(per_rank, n, dims.d_model),
+                               multi_head_attention(X, W, causal),
+                               rtol=0, atol=TOL), (causal, layout)
+    out = _run("ring", 2, X=X, W=W, layout="zigzag")  # the book's program
+    assert np.allclose(_assembled(out, n, dims.d_model),
+                       multi_head_attention(X, W), rtol=0, atol=TOL)
 
 
 def test_ring_takes_contiguous_blocks_of_any_sizes():
