@@ -193,9 +193,10 @@ PROGRAMS = {f.__name__: f for f in (
 
 def mpiexec_path() -> str:
     """MPICH's mpiexec beside this Python (a venv's bin), else on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    if here.exists():
-        return str(here)
+    for name in ("mpiexec", "mpiexec.exe"):
+        here = Path(sys.executable).parent / name
+        if here.exists():
+            return str(here)
     found = shutil.which("mpiexec")
     if found is None:
         raise FileNotFoundError(
@@ -267,7 +268,7 @@ def launch(program: str, ranks: int, *, timeout: float = 120.0,
         try:
             _, err = run.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(run.pid, signal.SIGKILL)
+            _stop(run)
             _, err = run.communicate()
             done = [r for r in range(p) if _result(folder, r).exists()]
             late = [r for r in range(p) if r not in done]
@@ -281,6 +282,14 @@ def launch(program: str, ranks: int, *, timeout: float = 120.0,
             with open(_result(folder, r), "rb") as f:
                 results.append(pickle.load(f))
     return results
+
+
+def _stop(run: subprocess.Popen) -> None:
+    """Kill mpiexec and the ranks it started."""
+    if hasattr(os, "killpg"):  # POSIX: the whole session launch started
+        os.killpg(run.pid, signal.SIGKILL)
+    else:  # Windows: mpiexec, which takes its ranks with it
+        run.kill()
 
 
 def _result(folder, r: int) -> Path:
