@@ -62,12 +62,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import warnings
 from datetime import datetime, timezone
 
 import numpy as np
-from attention import progress, set_threads, thread_report, torch
+from attention import alternate, progress, set_threads, thread_report, torch
 from serving import prefilled, stack_bytes
 
 import mha_lit.decoder
@@ -116,27 +115,6 @@ def agree(got, want, what: str, rtol: float = RTOL, atol: float = ATOL) -> None:
     rms = float(np.sqrt(np.mean(np.square(want, dtype=np.float64))))
     np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=atol * rms,
                                err_msg=what)
-
-
-def round_robin(functions: dict, runs: int, label: str) -> dict[str, list[float]]:
-    """Time each function ``runs`` times, taking them in turn; seconds per run.
-
-    One untimed call of each first (compilation, first-touch allocations, thread start);
-    a pause of PAUSE seconds before every timed call.
-    """
-    for f in functions.values():
-        f()
-    times = {name: [] for name in functions}
-    start = time.perf_counter()
-    for r in range(runs):
-        for name, f in functions.items():
-            time.sleep(PAUSE)
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-        if time.perf_counter() - start > 5:
-            progress(f"  {label}: run {r + 1}/{runs}")
-    return times
 
 
 def medians(times: dict[str, list[float]]) -> dict[str, float]:
@@ -211,7 +189,7 @@ def bench_products(mats, batches, runs: int, seed: int = 1) -> dict:
                 f(W_T, X[W_T.shape[1]])
 
         timed = {name: (lambda f=f: all_matrices(f)) for name, f in cands.items()}
-        t = medians(round_robin(timed, runs, f"products B={B}"))
+        t = medians(alternate(timed, runs, f"products B={B}", pause=PAUSE))
         results["B"][B] = {"seconds": t, "flops": 2 * B * weight_bytes // 4}  # float32
     return results
 
@@ -239,7 +217,7 @@ def bench_panel(mats, B: int, runs: int, repeats: int, seed: int = 2) -> dict:
         nk.rows_product(panel, X, out)
         agree(out, X @ panel.T, "Numba panel")
         functions["Numba rows_product"] = numba_panel
-    t = medians(round_robin(functions, runs, "panel"))
+    t = medians(alternate(functions, runs, "panel", pause=PAUSE))
     return {"seconds": t, "flops": 2 * B * panel.size * repeats, "calls": repeats,
             "bytes": panel.nbytes}
 
@@ -305,7 +283,7 @@ def bench_attention(B: int, context: int, runs: int, seed: int = 3) -> dict:
                 agree(F.scaled_dot_product_attention(q, K, V, scale=1.0).numpy(), w,
                       f"PyTorch SDPA B={B} context={n}")
         functions["PyTorch SDPA"] = sdpa
-    t = medians(round_robin(functions, runs, f"attention B={B}"))
+    t = medians(alternate(functions, runs, f"attention B={B}", pause=PAUSE))
     read = LAYERS * B * h * n * 2 * d * 4  # every layer's keys and values, once
     return {"seconds": t, "bytes": read}
 
@@ -425,8 +403,8 @@ def bench_step(G, B, context: int, runs: int, threads: int, only_two: bool = Fal
         assert np.array_equal(first[name], first[base]), f"{name}: other tokens"
         agree(decoders[name].logits, decoders[base].logits, f"step logits, {name}",
               rtol=STEP_TOL, atol=STEP_TOL)
-    held = int(decoders[base].lengths[0])  # before round_robin's untimed step
-    t = medians(round_robin(functions, runs, f"step B={B}"))
+    held = int(decoders[base].lengths[0])  # before alternate's untimed step
+    t = medians(alternate(functions, runs, f"step B={B}", pause=PAUSE))
     # the timed steps attend to held + 2 .. held + runs + 1 keys (their own included)
     return {"seconds": t, "variants": variants, "keys": (held + 2, held + runs + 1)}
 

@@ -90,15 +90,18 @@ def thread_report() -> list[str]:
 
 # --- timing -------------------------------------------------------------------------------
 
-def alternate(functions: dict, runs: int, label: str) -> dict[str, list[float]]:
-    """Time each function ``runs`` times, taking them in turn; returns seconds per run."""
+def alternate(functions: dict, runs: int, label: str,
+              pause: float = PAUSE) -> dict[str, list[float]]:
+    """Time each function ``runs`` times, taking them in turn; returns seconds per run.
+
+    One untimed call of each first; a pause of ``pause`` seconds before every timed call."""
     times = {name: [] for name in functions}
     for f in functions.values():
         f()  # warm up: first-call allocations, weight fusion, thread start
     start = time.perf_counter()
     for r in range(runs):
         for name, f in functions.items():
-            time.sleep(PAUSE)
+            time.sleep(pause)
             t0 = time.perf_counter()
             f()
             times[name].append(time.perf_counter() - t0)
