@@ -11,7 +11,8 @@ next build re-reads every page and shows its warnings again.
 Each page is then opened in headless Chromium (Debian's `chromium`, driven by Playwright with
 `executable_path`; no browser download) with every request that is not `file://` blocked, at a
 desktop width (1280 px) and a phone width (390 px), in the theme's light and dark mode (set as
-its switch sets them, in localStorage). On each page, width and mode:
+its switch sets them, in localStorage): loaded once per mode at the phone's width, then widened
+to the desktop's as a window is resized. On each page, width and mode:
 
 - MathJax (served from the built site) typeset every formula, and none reports an error;
 - every image decoded;
@@ -143,6 +144,13 @@ def site(browser) -> Path:
         pytest.fail(f"the strict build failed (exit {result.returncode}):\n{tail}", pytrace=False)
     return build / "html"
 
+
+# Runs in the page after its window was resized: book.js lays the page out again in the next
+# animation frame; two more let the browser draw the result.
+AFTER_RESIZE = """
+() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(
+  () => requestAnimationFrame(r))))
+"""
 
 # Runs in the page once the load event has fired; returns what the checks need.
 INSPECT_PAGE = """
@@ -402,11 +410,18 @@ async ([figureScale]) => {
 FIGURE_SCALE = 0.62
 
 
-def _check_page(browser, html: Path, page_name: str, viewport: str,
-                theme: str = "light") -> tuple[list[str], dict]:
-    """Open one page at one width in one theme; return every problem found and what was seen."""
-    width, height = VIEWPORTS[viewport]
+def _check_page(browser, html: Path, page_name: str,
+                theme: str = "light") -> dict[str, tuple[list[str], dict]]:
+    """Open one page in one theme at both widths; per width, every problem found and what was
+    seen.
+
+    The page is loaded once, at the phone's width, and then widened to the desktop's: the
+    theme's style sheets and book.js (which lays the page out again on every resize) decide
+    the layout of each width, so the second width needs no second load.
+    """
+    results = {}
     problems: list[str] = []
+    width, height = VIEWPORTS["phone"]
     context = browser.new_context(viewport={"width": width, "height": height})
     # The theme's own switch stores the choice in localStorage ("mode" and "theme"); the
     # page's first script reads it back before anything is drawn, as on a reader's return.
@@ -415,17 +430,34 @@ def _check_page(browser, html: Path, page_name: str, viewport: str,
     page = offline_browser.offline_page(context, problems)
     try:
         page.goto((html / f"{page_name}.html").as_uri(), wait_until="load")
-        found = page.evaluate(INSPECT_PAGE)
-        if "timeout" not in found:
-            found.update(page.evaluate(INSPECT_LEGIBILITY, [TEXT_CONTRAST, LARGE_TEXT_CONTRAST]))
-            found["layout"] = page.evaluate(INSPECT_LAYOUT, [FIGURE_SCALE])
-        folder = viewport if theme == "light" else f"{theme}-{viewport}"
-        shot = html.parent / "screenshots" / folder / f"{page_name.replace('/', '__')}.png"
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(shot), full_page=True)
-        sidebar_visible = page.locator(".bd-sidebar-primary").is_visible()
+        for viewport in ("phone", "desktop"):
+            if viewport != "phone":
+                width, height = VIEWPORTS[viewport]
+                page.set_viewport_size({"width": width, "height": height})
+                page.evaluate(AFTER_RESIZE)
+            found = page.evaluate(INSPECT_PAGE)
+            if "timeout" not in found:
+                found.update(page.evaluate(INSPECT_LEGIBILITY,
+                                           [TEXT_CONTRAST, LARGE_TEXT_CONTRAST]))
+                found["layout"] = page.evaluate(INSPECT_LAYOUT, [FIGURE_SCALE])
+            folder = viewport if theme == "light" else f"{theme}-{viewport}"
+            shot = (html.parent / "screenshots" / folder
+                    / f"{page_name.replace('/', '__')}.png")
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shot), full_page=True)
+            sidebar_visible = page.locator(".bd-sidebar-primary").is_visible()
+            results[viewport] = _problems_of(html, page_name, viewport, theme, found,
+                                             sidebar_visible, problems)
+            problems.clear()  # errors so far are the phone's; the page appends to this list
     finally:
         context.close()
+    return results
+
+
+def _problems_of(html: Path, page_name: str, viewport: str, theme: str, found: dict,
+                 sidebar_visible: bool, problems: list[str]) -> tuple[list[str], dict]:
+    """Every problem of one page at one width in one theme, from what INSPECT_* found."""
+    problems = list(problems)
     label = f"[{viewport}, {theme}]"
     if "timeout" in found:
         return [f"{label} {found['timeout']}"] + [f"{label} {p}" for p in problems], found
@@ -542,8 +574,8 @@ def test_page_renders_offline(browser, site, page_name):
     assert (site / f"{page_name}.html").is_file(), f"{page_name} was not built"
     problems = []
     for theme in THEMES:
-        for viewport in VIEWPORTS:
-            found_problems, found = _check_page(browser, site, page_name, viewport, theme)
+        for viewport, (found_problems, found) in _check_page(browser, site, page_name,
+                                                             theme).items():
             problems += found_problems
             if viewport == "desktop" and theme == "light" and found.get("wideCode"):
                 problems.append(f"[desktop] code a reader must scroll sideways (cell index "

@@ -11,7 +11,8 @@
  *   it opens the image at full size (book/_ext/figure_links.py makes each image a link).
  *
  * All of it runs once the page has loaded, again when MathJax has typeset the formulas (they
- * change the widths of equations and tables) and when the fonts have loaded, and on resize.
+ * change the widths of equations and tables) and when the fonts have loaded, and whenever the
+ * window or the article changes width.
  * Before printing, every folded code cell is opened (and folded again after): book.css sets
  * the rest of the printed page.
  */
@@ -113,10 +114,22 @@
     }, {capture: true, passive: true});
     layout();
     let pending = 0;
-    window.addEventListener("resize", () => {
+    const later = () => {
       cancelAnimationFrame(pending);
       pending = requestAnimationFrame(layout);
-    });
+    };
+    window.addEventListener("resize", later);
+    // The article can change width with no resize of the window: a widened window shows the
+    // sidebar a moment later, and the article narrows then.
+    let width = article.clientWidth;
+    if (window.ResizeObserver) {
+      new ResizeObserver(() => {
+        if (article.clientWidth !== width) {
+          width = article.clientWidth;
+          later();
+        }
+      }).observe(article);
+    }
     // An opened toggle (a solution, a hidden cell) shows boxes that were not laid out.
     article.addEventListener("toggle", layout, {capture: true});
     article.addEventListener("click", () => requestAnimationFrame(layout));
