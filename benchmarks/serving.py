@@ -28,8 +28,8 @@ as a real model's does. Measured in one run:
    products timed alone plus the time its caches take to read at the measured bandwidth, so
    16 x (time of a batch-1 step) / (products of 16 rows + cache floor) bounds the gain
    whatever the rest of the step costs. The products of 16 rows are timed as the package
-   computes them and, with threadpoolctl, split over the two cores in halves of rows, one
-   BLAS thread each; the batch-1 step alternates with them.
+   computes them and, with threadpoolctl, with each weight matrix split in halves of its
+   rows, one Python thread and one BLAS thread each; the batch-1 step alternates with them.
 4. The forward pass at GPT-2 small's attention shape: the fast path's multiply-adds per second
    against the matrix product's. Target: at least 0.6. Its parts are timed alone, and the
    products inside the attention loop without the softmax between them, which bounds the
@@ -353,13 +353,14 @@ def bench_breakdown(G, Ws, steps: int) -> list:
 
 def bench_bound(G, context: int, steps: int) -> dict:
     """The products of a step of 16 rows, weights streamed from memory and, for one panel
-    that stays in the cache, the arithmetic alone; next to the products of one row and a
-    whole step of batch 1 at ``context`` cached tokens, all alternating.
+    that stays in the cache, with no traffic from memory; next to the products of one row and
+    a whole step of batch 1 at ``context`` cached tokens, all alternating.
 
     The 16 rows are timed twice: as the package computes them (``few_rows_product``, OpenBLAS
-    on its threads) and, when threadpoolctl is installed, split in two halves of rows per
-    matrix, one for each core, each half one Python thread calling OpenBLAS on one thread
-    (no hand-off between OpenBLAS's threads inside a product)."""
+    on its threads) and, when threadpoolctl is installed, with every weight matrix split in
+    two halves of its rows (output features), each half times all 16 rows in its own Python
+    thread calling OpenBLAS on one thread (no hand-off between OpenBLAS's threads inside a
+    product)."""
     rng = np.random.default_rng(9)
     x1 = rng.standard_normal((1, G.d_model)).astype(np.float32)
     x16 = rng.standard_normal((16, G.d_model)).astype(np.float32)
@@ -589,7 +590,8 @@ def main(argv=None) -> None:
                 bound = bench_bound(G, context, max(5, steps // 2))
                 floor = 1e3 * 16 * cache_bytes(G, context) / bandwidth
                 fastest = min(bound["ms_16"], bound.get("ms_16_split", float("inf")))
-                split = (f"; split in halves of rows, one core each on one BLAS thread, "
+                split = (f"; each matrix split in halves of its rows, one Python thread and one "
+                         f"BLAS thread each, "
                          f"{bound['ms_16_split']:.1f} ms" if "ms_16_split" in bound else "")
                 print(f"\nTimed alone, alternating with a step of batch 1 "
                       f"({bound['step_1']:.1f} ms): the weight products of one step of one row "
